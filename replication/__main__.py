@@ -1,0 +1,122 @@
+"""Command line: ``python -m replication {train,eval,sft,profiles} ...``.
+
+    python -m replication sft   --profile default --out runs/base-model
+    python -m replication train --profile default --allocator vip --estimator rloo --seed 0 \
+        --max-steps 50 --out runs/vip-s0 [--resume]
+    python -m replication eval  --profile default --checkpoint runs/vip-s0/model --out runs/vip-eval
+
+Every argument is checked (and the profile validated) before any model is loaded.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+from replication.config import ConfigError, available_profiles, load_profile
+
+
+def _overrides(args: argparse.Namespace) -> dict:
+    o: dict = {}
+    for kv in args.set or []:
+        if "=" not in kv:
+            raise ConfigError(f"--set expects KEY=VALUE, got {kv!r}")
+        k, v = kv.split("=", 1)
+        import yaml
+
+        o[k] = yaml.safe_load(v)
+    if getattr(args, "allocator", None):
+        o["allocator.name"] = args.allocator
+    if getattr(args, "estimator", None):
+        o["rl.estimator"] = args.estimator
+    if getattr(args, "modulation", None):
+        o["rl.modulation"] = None if args.modulation == "none" else args.modulation
+    if getattr(args, "prompt_weights", None):
+        o["rl.prompt_weights"] = None if args.prompt_weights == "none" else args.prompt_weights
+    if getattr(args, "seed", None) is not None:
+        o["seed"] = args.seed
+    if getattr(args, "model", None):
+        o["model.path"] = args.model
+    return o
+
+
+def _common(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--profile", default="default", help=f"one of {available_profiles()}")
+    p.add_argument("--set", action="append", metavar="KEY=VALUE",
+                   help="override a config key, e.g. --set rollout.mean_rollouts=8 (repeatable)")
+    p.add_argument("--model", help="policy folder (overrides model.path)")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    ap = argparse.ArgumentParser(prog="python -m replication", description=__doc__,
+                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    sub = ap.add_subparsers(dest="cmd", required=True)
+
+    t = sub.add_parser("train", help="online RL with a rollout allocator")
+    _common(t)
+    t.add_argument("--allocator", help="registered allocator name (uniform, vip, dynamo, ...)")
+    t.add_argument("--estimator", choices=["grpo", "drgrpo", "rloo"])
+    t.add_argument("--modulation", choices=["dynamo", "none"])
+    t.add_argument("--prompt-weights", choices=["gdro", "none"])
+    t.add_argument("--seed", type=int, required=True)
+    t.add_argument("--max-steps", type=int, help="stop after N steps (default: the profile's)")
+    t.add_argument("--out", required=True, type=Path)
+    t.add_argument("--resume", action="store_true", help="continue from OUT/checkpoint")
+    t.add_argument("--no-progress", action="store_true")
+
+    e = sub.add_parser("eval", help="held-out evaluation of a saved model")
+    _common(e)
+    e.add_argument("--checkpoint", required=True, type=Path, help="HF folder of the model")
+    e.add_argument("--seed", type=int, default=0)
+    e.add_argument("--out", required=True, type=Path)
+
+    s = sub.add_parser("sft", help="supervised warm start of the tiny base model")
+    _common(s)
+    s.add_argument("--out", required=True, type=Path)
+    s.add_argument("--steps", type=int, help="override the SFT step count (smoke runs)")
+    s.add_argument("--seed", type=int)
+
+    sub.add_parser("profiles", help="list the available profiles")
+    d = sub.add_parser("dry-run", help="validate a profile and print its plan (no GPU needed)")
+    _common(d)
+    return ap
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    try:
+        if args.cmd == "profiles":
+            print("\n".join(available_profiles()))
+            return 0
+        cfg = load_profile(args.profile, _overrides(args))
+        if args.cmd == "train":
+            from replication.train.loop import train
+
+            m = train(cfg, args.out, max_steps=args.max_steps, resume=args.resume,
+                      progress=not args.no_progress)
+            print(json.dumps({"eval_before": m["eval_before"]["average"],
+                              "eval_after": m["eval_after"]["average"],
+                              "wall_seconds": round(m["wall_seconds"], 1)}, indent=1))
+        elif args.cmd == "eval":
+            from replication.train.standalone_eval import evaluate_checkpoint
+
+            res = evaluate_checkpoint(cfg, args.checkpoint, args.out, seed=args.seed)
+            print(json.dumps(res["eval"]["average"], indent=1))
+        elif args.cmd == "sft":
+            from replication.sft import run_sft_from_profile
+
+            run_sft_from_profile(cfg, args.out, steps=args.steps, seed=args.seed)
+        elif args.cmd == "dry-run":
+            from replication.train.plan import describe
+
+            print(describe(cfg))
+    except ConfigError as e:
+        print(f"config error: {e}", file=sys.stderr)
+        return 2
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

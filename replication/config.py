@@ -1,0 +1,329 @@
+"""Typed run configuration, one dataclass per concern, built from a profile + overrides.
+
+A profile is a YAML file in ``replication/profiles/`` (``default``, ``quick``, ``smollm2``,
+``paper-vip``, ...). ``load_profile(name, overrides)`` merges overrides (nested dicts or dotted
+keys such as ``{"rollout.mean_rollouts": 4}``) and validates everything before any compute:
+an unknown key, a wrong type or an out-of-range value raises ``ConfigError`` naming the key.
+"""
+
+from __future__ import annotations
+
+import copy
+import dataclasses
+import types
+import typing
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+PROFILE_DIR = Path(__file__).parent / "profiles"
+
+
+class ConfigError(ValueError):
+    """A bad configuration value; the message names the key."""
+
+
+@dataclasses.dataclass
+class ModelConfig:
+    path: str = "runs/base-model"
+    """HF folder of the policy (tiny SFT model by default; Qwen2.5-Math / Qwen3 at paper scale)."""
+    dtype: str = "float32"
+    """Parameter dtype: float32 on CPU; bfloat16 on GPU (all three papers train in BF16)."""
+    device: str = "cpu"
+    """'cpu', 'cuda' or 'auto'."""
+    threads: int = 2
+    """torch intra-op threads on CPU (this project's reference machine has 2 cores)."""
+
+
+@dataclasses.dataclass
+class TaskConfig:
+    kind: str = "procedural"
+    """'procedural' (reasoning-gym, offline) or 'math' (hub datasets, paper scale)."""
+    options: dict = dataclasses.field(default_factory=dict)
+    """Passed to the task pool builder (task mix, pool size, held-out sets, seeds)."""
+
+
+@dataclasses.dataclass
+class SamplingSection:
+    temperature: float = 1.0
+    """Training sampling temperature (VIP, DynaMO: 1.0; GDRO paper text 0.6, scripts 1.0)."""
+    top_p: float = 1.0
+    """Nucleus mass (GDRO: 0.8)."""
+    top_k: int = 0
+    """Top-k, 0 = off (GDRO: 20)."""
+    max_new_tokens: int = 8
+    """Longest completion (VIP: 10k tokens at paper scale)."""
+
+
+@dataclasses.dataclass
+class RolloutConfig:
+    prompts_per_step: int = 32
+    """Q, prompts per training step (VIP 256, DynaMO 512, GDRO 256 at paper scale)."""
+    mean_rollouts: int = 4
+    """n̄: the step's total budget is C = Q·n̄ for EVERY method (VIP 8 or 16, DynaMO 16, GDRO 4)."""
+    lower: int = 2
+    """Smallest per-prompt count an adaptive allocator may give (VIP code 4, GDRO 2, DynaMO 8)."""
+    upper: int = 16
+    """Largest per-prompt count (VIP 16/32, GDRO 12, DynaMO 24)."""
+    sampling: SamplingSection = dataclasses.field(default_factory=SamplingSection)
+    """Sampling parameters of training rollouts."""
+
+
+@dataclasses.dataclass
+class AllocatorSection:
+    name: str = "uniform"
+    """Registered allocator name (uniform, vip, dynamo, rollout-gdro, gdro-sqrt-law, ...)."""
+    options: dict = dataclasses.field(default_factory=dict)
+    """Allocator-specific options (its Config dataclass fields), e.g. {'estimator': 'rloo'}."""
+
+
+@dataclasses.dataclass
+class OptimConfig:
+    lr: float = 3e-5
+    """AdamW learning rate (papers: 1e-6 for 1.5B–14B models; the tiny model needs ~3e-5)."""
+    weight_decay: float = 0.0
+    """AdamW weight decay (papers: 0.1)."""
+    warmup_steps: int = 0
+    """Linear warm-up steps (papers: 10)."""
+    grad_clip: float = 1.0
+    """Global grad-norm clip (papers: 1.0)."""
+    betas: tuple = (0.9, 0.999)
+    """AdamW betas."""
+
+
+@dataclasses.dataclass
+class RLConfig:
+    estimator: str = "grpo"
+    """Advantage estimator: grpo (std-normalised), drgrpo (mean-centred), rloo."""
+    clip_low: float = 0.2
+    """PPO ε_low (all three papers: 0.2)."""
+    clip_high: float = 0.28
+    """PPO ε_high (clip-higher, all three papers: 0.28)."""
+    dual_clip: float | None = None
+    """Dual-clip constant c for negative advantages (VIP code: 10); None = off."""
+    kl_coef: float = 0.0
+    """Low-variance KL coefficient to the reference policy (GDRO: 0.001; VIP, DynaMO: 0)."""
+    aggregation: str = "token-mean"
+    """Loss aggregation (all three papers: token-mean)."""
+    mini_batches: int = 2
+    """PPO mini-batches per step (papers: 256/32 = 8, 512/32 = 16); each one optimizer step."""
+    ppo_epochs: int = 1
+    """Passes over the step's rollouts."""
+    modulation: str | None = None
+    """Token-level advantage modulation: None or 'dynamo' (DynaMO §B)."""
+    modulation_options: dict = dataclasses.field(default_factory=dict)
+    """DynaMOConfig fields, e.g. {'enable_comp': False} for the stabilisation-only ablation."""
+    prompt_weights: str | None = None
+    """Per-prompt advantage weights: None or 'gdro' (Prompt-GDRO)."""
+    prompt_weights_options: dict = dataclasses.field(default_factory=dict)
+    """PromptGDRO config fields."""
+    reward_positive: float = 1.0
+    """Reward of a correct rollout."""
+    reward_negative: float = 0.0
+    """Reward of a wrong one (papers: −1 with math-verify; 0 keeps mean@k readable)."""
+
+
+@dataclasses.dataclass
+class EvalConfig:
+    k: int = 8
+    """Samples per held-out prompt (VIP 32, DynaMO 32, GDRO 8)."""
+    temperature: float = 1.0
+    """Evaluation sampling temperature (GDRO: 0.6)."""
+    top_p: float = 1.0
+    """Evaluation nucleus mass (GDRO: 0.8)."""
+    top_k: int = 0
+    """Evaluation top-k (GDRO: 20)."""
+    prompts_per_set: int = 200
+    """Held-out prompts per evaluation set (0 = all)."""
+    greedy: bool = True
+    """Also report greedy accuracy."""
+
+
+@dataclasses.dataclass
+class TrainConfig:
+    profile: str = "default"
+    """Profile name this config came from."""
+    steps: int = 200
+    """Training steps of a full run (``--max-steps`` overrides)."""
+    seed: int = 0
+    """Seed of everything: prompt order, sampling, allocator."""
+    checkpoint_every: int = 50
+    """Steps between checkpoints (resume restarts from the last one)."""
+    eval_every: int = 0
+    """Steps between held-out evaluations during training (0 = only before and after)."""
+    model: ModelConfig = dataclasses.field(default_factory=ModelConfig)
+    """Policy model."""
+    task: TaskConfig = dataclasses.field(default_factory=TaskConfig)
+    """Prompt pools and verifier."""
+    rollout: RolloutConfig = dataclasses.field(default_factory=RolloutConfig)
+    """Budget and sampling."""
+    allocator: AllocatorSection = dataclasses.field(default_factory=AllocatorSection)
+    """Rollout allocator."""
+    optim: OptimConfig = dataclasses.field(default_factory=OptimConfig)
+    """Optimizer."""
+    rl: RLConfig = dataclasses.field(default_factory=RLConfig)
+    """Policy-gradient objective."""
+    eval: EvalConfig = dataclasses.field(default_factory=EvalConfig)
+    """Held-out evaluation."""
+    sft: dict = dataclasses.field(default_factory=dict)
+    """Supervised warm-start options (SFTConfig fields) for ``python -m replication sft``."""
+
+    @property
+    def budget(self) -> int:
+        return self.rollout.prompts_per_step * self.rollout.mean_rollouts
+
+
+# ----------------------------------------------------------------------------- building
+
+
+def from_dict(cls: type, data: dict, path: str = "") -> Any:
+    """Build dataclass ``cls`` from a dict, recursively; unknown keys and bad types raise."""
+    if not isinstance(data, dict):
+        raise ConfigError(f"{path or 'config'}: expected a mapping, got {type(data).__name__}")
+    hints = typing.get_type_hints(cls)
+    fields = {f.name: f for f in dataclasses.fields(cls)}
+    unknown = sorted(set(data) - set(fields))
+    if unknown:
+        key = f"{path}.{unknown[0]}" if path else unknown[0]
+        raise ConfigError(f"unknown config key {key!r}; allowed here: {sorted(fields)}")
+    kwargs = {}
+    for name, value in data.items():
+        key = f"{path}.{name}" if path else name
+        kwargs[name] = _coerce(hints[name], value, key)
+    return cls(**kwargs)
+
+
+def _coerce(tp: Any, value: Any, key: str) -> Any:
+    origin = typing.get_origin(tp)
+    if dataclasses.is_dataclass(tp):
+        return from_dict(tp, value, key)
+    if origin in (typing.Union, types.UnionType):
+        args = typing.get_args(tp)
+        if value is None and type(None) in args:
+            return None
+        errors = []
+        for arg in args:
+            if arg is type(None):
+                continue
+            try:
+                return _coerce(arg, value, key)
+            except ConfigError as e:
+                errors.append(str(e))
+        raise ConfigError(errors[0] if errors else f"{key}: bad value {value!r}")
+    if tp is bool:
+        if not isinstance(value, bool):
+            raise ConfigError(f"{key}: expected true/false, got {value!r}")
+        return value
+    if tp is int:
+        if isinstance(value, bool) or not isinstance(value, int):
+            raise ConfigError(f"{key}: expected an integer, got {value!r}")
+        return value
+    if tp is float:
+        if isinstance(value, bool) or not isinstance(value, (int, float)):
+            raise ConfigError(f"{key}: expected a number, got {value!r}")
+        return float(value)
+    if tp is str:
+        if not isinstance(value, str):
+            raise ConfigError(f"{key}: expected a string, got {value!r}")
+        return value
+    if tp is dict or origin is dict:
+        if not isinstance(value, dict):
+            raise ConfigError(f"{key}: expected a mapping, got {value!r}")
+        return dict(value)
+    if tp is tuple or origin is tuple:
+        if not isinstance(value, (list, tuple)):
+            raise ConfigError(f"{key}: expected a list, got {value!r}")
+        return tuple(value)
+    return value
+
+
+def _merge(base: dict, over: dict) -> dict:
+    out = copy.deepcopy(base)
+    for k, v in over.items():
+        if "." in k:
+            head, rest = k.split(".", 1)
+            out[head] = _merge(out.get(head, {}) or {}, {rest: v})
+        elif isinstance(v, dict) and isinstance(out.get(k), dict) and k not in ("options",):
+            out[k] = _merge(out[k], v)
+        else:
+            out[k] = copy.deepcopy(v)
+    return out
+
+
+def available_profiles() -> list[str]:
+    return sorted(p.stem for p in PROFILE_DIR.glob("*.yaml"))
+
+
+def profile_dict(name: str) -> dict:
+    """The raw profile mapping, with ``extends:`` resolved."""
+    path = PROFILE_DIR / f"{name}.yaml"
+    if not path.exists():
+        raise ConfigError(f"unknown profile {name!r}; available: {available_profiles()}")
+    data = yaml.safe_load(path.read_text()) or {}
+    parent = data.pop("extends", None)
+    if parent:
+        data = _merge(profile_dict(parent), data)
+    data["profile"] = name
+    return data
+
+
+def load_profile(name: str, overrides: dict | None = None) -> TrainConfig:
+    data = profile_dict(name)
+    if overrides:
+        data = _merge(data, overrides)
+    cfg = from_dict(TrainConfig, data)
+    validate(cfg)
+    return cfg
+
+
+def validate(cfg: TrainConfig) -> None:
+    """Range checks that name the key; called before any compute."""
+    from replication.allocation import available_allocators
+    from replication.rl import ADVANTAGE_ESTIMATORS
+
+    def need(cond: bool, key: str, msg: str) -> None:
+        if not cond:
+            raise ConfigError(f"{key}: {msg}")
+
+    r = cfg.rollout
+    need(cfg.steps >= 1, "steps", f"must be >= 1, got {cfg.steps}")
+    need(cfg.checkpoint_every >= 1, "checkpoint_every", "must be >= 1")
+    need(r.prompts_per_step >= 1, "rollout.prompts_per_step", "must be >= 1")
+    need(r.mean_rollouts >= 1, "rollout.mean_rollouts", "must be >= 1")
+    need(1 <= r.lower <= r.mean_rollouts, "rollout.lower", f"must be in [1, mean_rollouts={r.mean_rollouts}]")
+    need(r.upper >= r.mean_rollouts, "rollout.upper", f"must be >= mean_rollouts={r.mean_rollouts}")
+    need(r.sampling.temperature > 0, "rollout.sampling.temperature", "must be > 0")
+    need(0 < r.sampling.top_p <= 1, "rollout.sampling.top_p", "must be in (0, 1]")
+    need(r.sampling.top_k >= 0, "rollout.sampling.top_k", "must be >= 0")
+    need(r.sampling.max_new_tokens >= 1, "rollout.sampling.max_new_tokens", "must be >= 1")
+    need(
+        cfg.allocator.name in available_allocators(),
+        "allocator.name",
+        f"unknown allocator {cfg.allocator.name!r}; known: {available_allocators()}",
+    )
+    need(
+        cfg.rl.estimator in ADVANTAGE_ESTIMATORS,
+        "rl.estimator",
+        f"unknown estimator {cfg.rl.estimator!r}; known: {sorted(ADVANTAGE_ESTIMATORS)}",
+    )
+    need(0 <= cfg.rl.clip_low < 1, "rl.clip_low", "must be in [0, 1)")
+    need(cfg.rl.clip_high >= 0, "rl.clip_high", "must be >= 0")
+    need(cfg.rl.dual_clip is None or cfg.rl.dual_clip > 1, "rl.dual_clip", "must be > 1 or null")
+    need(cfg.rl.kl_coef >= 0, "rl.kl_coef", "must be >= 0")
+    need(cfg.rl.mini_batches >= 1, "rl.mini_batches", "must be >= 1")
+    need(cfg.rl.ppo_epochs >= 1, "rl.ppo_epochs", "must be >= 1")
+    need(cfg.rl.modulation in (None, "dynamo"), "rl.modulation", "must be null or 'dynamo'")
+    need(cfg.rl.prompt_weights in (None, "gdro"), "rl.prompt_weights", "must be null or 'gdro'")
+    need(cfg.rl.reward_positive > cfg.rl.reward_negative, "rl.reward_positive", "must exceed reward_negative")
+    need(cfg.optim.lr > 0, "optim.lr", "must be > 0")
+    need(cfg.optim.grad_clip > 0, "optim.grad_clip", "must be > 0")
+    need(cfg.eval.k >= 1, "eval.k", "must be >= 1")
+    need(cfg.eval.temperature > 0, "eval.temperature", "must be > 0")
+    need(cfg.model.dtype in ("float32", "bfloat16", "float16"), "model.dtype", "float32|bfloat16|float16")
+    need(cfg.model.device in ("cpu", "cuda", "auto"), "model.device", "cpu|cuda|auto")
+    need(cfg.task.kind in ("procedural", "math"), "task.kind", "procedural|math")
+
+
+def to_dict(cfg: Any) -> dict:
+    return dataclasses.asdict(cfg)

@@ -1,0 +1,76 @@
+"""Held-out evaluation: k samples per prompt → mean@k, unbiased pass@k; plus greedy accuracy.
+
+Sampling uses its own generator seeded from the run seed, so evaluating never disturbs the
+training RNG streams (a resumed run and an uninterrupted one evaluate identically).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from typing import Any
+
+import numpy as np
+import torch
+
+from replication.evaluate.metrics import pass_at_k
+from replication.rollout.base import SamplingConfig
+
+
+class Evaluator:
+    def __init__(
+        self,
+        engine: Any,
+        eval_sets: Mapping[str, Any],
+        verify: Callable[[str, str], bool],
+        cfg: Any,
+        max_new_tokens: int | None = None,
+        chunk_prompts: int = 64,
+    ) -> None:
+        self.engine = engine
+        self.sets = eval_sets
+        self.verify = verify
+        self.cfg = cfg
+        self.max_new_tokens = max_new_tokens
+        self.chunk = chunk_prompts
+
+    def _correct_counts(self, data: Any, n: int, sampling: SamplingConfig, gen: torch.Generator) -> np.ndarray:
+        out = []
+        for lo in range(0, len(data.ids), self.chunk):
+            sl = slice(lo, lo + self.chunk)
+            ids, prompts, answers = data.ids[sl], data.prompts[sl], data.answers[sl]
+            counts = np.full(len(ids), n, dtype=np.int64)
+            batch = self.engine.generate(ids, prompts, answers, counts, sampling, generator=gen)
+            ok = np.array([self.verify(t, a) for t, a in zip(batch.completions, batch.row_answers)])
+            out.append(np.bincount(batch.group_index, weights=ok.astype(float), minlength=len(ids)))
+        return np.concatenate(out).astype(np.int64)
+
+    def __call__(self, model: torch.nn.Module, seed: int = 0) -> dict[str, dict[str, float]]:
+        self.engine.sync_weights(model)
+        was_training = model.training
+        model.eval()
+        c, k = self.cfg, self.cfg.k
+        mnt = self.max_new_tokens or getattr(self.engine, "default_max_new_tokens", 16)
+        sample = SamplingConfig(c.temperature, c.top_p, c.top_k, mnt)
+        greedy = SamplingConfig(1.0, 1.0, 1, mnt)  # top-k = 1 is exactly greedy decoding
+        results: dict[str, dict[str, float]] = {}
+        for j, (name, data) in enumerate(sorted(self.sets.items())):
+            gen = torch.Generator().manual_seed(int(seed) * 1000 + 17 + j)
+            with torch.no_grad():
+                succ = self._correct_counts(data, k, sample, gen)
+                row = {
+                    f"mean@{k}": float(np.mean(succ / k)),
+                    f"pass@{k}": float(np.mean(pass_at_k(k, succ, k))),
+                    "pass@1": float(np.mean(pass_at_k(k, succ, 1))),
+                    "n_prompts": int(len(succ)),
+                }
+                if c.greedy:
+                    g = self._correct_counts(data, 1, greedy, gen)
+                    row["greedy"] = float(np.mean(g))
+            results[name] = row
+        results["average"] = {
+            key: float(np.mean([results[s][key] for s in self.sets]))
+            for key in (f"mean@{k}", f"pass@{k}", "pass@1") + (("greedy",) if c.greedy else ())
+        }
+        if was_training:
+            model.train()
+        return results

@@ -1,0 +1,48 @@
+"""Binary verifiable rewards: reasoning-gym's own scorer, binarised, that never raises.
+
+reasoning-gym's arithmetic scorers give partial credit when the reference is a substring of the
+answer ("123456" for "12" scores 0.33). RLVR rewards are 0/1, so a completion earns 1 only when
+the scorer returns >= 1.0 (it tolerates a sign, leading zeros, trailing ".0" and commas — the
+package's notion of "the same number", kept as is).
+
+Completions come from a policy that may emit anything (empty strings, stray symbols, megabytes of
+digits); the verifier returns 0.0 for everything it cannot score instead of raising.
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+from collections.abc import Sequence
+
+import numpy as np
+import reasoning_gym
+
+MAX_ANSWER_CHARS = 1_000
+"""Longer completions score 0 without being parsed (no answer here is longer than ~20 chars)."""
+
+
+@functools.lru_cache(maxsize=None)
+def _scorer(source: str):
+    # Scorers depend only on the dataset class, not on its items: a 1-item instance suffices.
+    return reasoning_gym.create_dataset(source, seed=0, size=1).score_answer
+
+
+def score(completion: object, answer: str, source: str) -> float:
+    """1.0 when ``completion`` states ``answer`` (per the ``source`` dataset's scorer), else 0.0."""
+    if not isinstance(completion, str) or len(completion) > MAX_ANSWER_CHARS:
+        _scorer(source)
+        return 0.0
+    scorer = _scorer(source)  # an unknown source is a configuration error: let it raise
+    try:
+        value = float(scorer(completion.strip(), {"answer": str(answer)}))
+    except Exception:  # noqa: BLE001 — any scorer failure on garbage is a wrong answer
+        return 0.0
+    return 1.0 if math.isfinite(value) and value >= 1.0 else 0.0
+
+
+def score_batch(completions: Sequence[object], answers: Sequence[str], sources: Sequence[str]) -> np.ndarray:
+    """Per-row binary rewards (float32) for aligned completions, answers and sources."""
+    if not (len(completions) == len(answers) == len(sources)):
+        raise ValueError(f"{len(completions)} completions, {len(answers)} answers, {len(sources)} sources")
+    return np.array([score(c, a, s) for c, a, s in zip(completions, answers, sources)], dtype=np.float32)

@@ -1,0 +1,154 @@
+"""Everything a run is made of, built once from the config, with one state dict for resume."""
+
+from __future__ import annotations
+
+import copy
+import dataclasses
+from pathlib import Path
+from typing import Any, Callable
+
+import numpy as np
+import torch
+
+from replication.allocation import Allocator, PromptPool, make_allocator
+from replication.allocation.difficulty import DifficultyClassifier
+from replication.allocation.prompt_gdro import PromptGDRO
+from replication.config import TrainConfig, from_dict
+from replication.evaluate.runner import Evaluator
+from replication.rl import DynaMOConfig, PPOConfig
+from replication.train.sampler import EpochSampler
+from replication.train.setup import TrainData, build_data, build_engine, load_model
+
+
+@dataclasses.dataclass
+class Components:
+    model: torch.nn.Module
+    tokenizer: Any
+    ref_model: torch.nn.Module | None
+    optimizer: torch.optim.Optimizer
+    scheduler: torch.optim.lr_scheduler.LRScheduler
+    engine: Any
+    train: TrainData
+    verify: Callable[[str, str], bool]
+    evaluator: Evaluator
+    allocator: Allocator
+    classifier: DifficultyClassifier | None
+    prompt_weights: PromptGDRO | None
+    sampler: EpochSampler
+    generator: torch.Generator
+    update_rng: np.random.Generator
+    ppo_cfg: PPOConfig
+    modulation_cfg: DynaMOConfig | None
+
+    # -- difficulty bins: Rollout-GDRO owns a classifier; otherwise Prompt-GDRO gets its own
+    def bins(self, ids: list) -> np.ndarray | None:
+        clf = self._classifier()
+        return None if clf is None else np.asarray(clf.bins(ids))
+
+    def observe_bins(self, ids: list, counts: np.ndarray, correct: np.ndarray) -> None:
+        # Rollout-GDRO updates its own classifier in observe(); only a separate one is fed here.
+        if self.classifier is not None:
+            owner = np.repeat(np.arange(len(ids)), counts)
+            any_correct = np.bincount(owner, weights=correct.astype(float), minlength=len(ids)) > 0
+            self.classifier.update(ids, any_correct)
+
+    def _classifier(self) -> DifficultyClassifier | None:
+        if self.classifier is not None:
+            return self.classifier
+        return getattr(self.allocator, "classifier", None)
+
+    # -- resume
+    def state(self) -> dict:
+        return {
+            "model": self.model.state_dict(),
+            "optimizer": self.optimizer.state_dict(),
+            "scheduler": self.scheduler.state_dict(),
+            "allocator": self.allocator.state_dict(),
+            "classifier": None if self.classifier is None else self.classifier.state_dict(),
+            "prompt_weights": None if self.prompt_weights is None else self.prompt_weights.state_dict(),
+            "sampler": self.sampler.state_dict(),
+            "generator": self.generator.get_state(),
+            "update_rng": self.update_rng.bit_generator.state,
+            "torch_rng": torch.get_rng_state(),
+        }
+
+    def load_state(self, s: dict) -> None:
+        self.model.load_state_dict(s["model"])
+        self.optimizer.load_state_dict(s["optimizer"])
+        self.scheduler.load_state_dict(s["scheduler"])
+        self.allocator.load_state_dict(s["allocator"])
+        if self.classifier is not None:
+            self.classifier.load_state_dict(s["classifier"])
+        if self.prompt_weights is not None:
+            self.prompt_weights.load_state_dict(s["prompt_weights"])
+        self.sampler.load_state_dict(s["sampler"])
+        self.generator.set_state(s["generator"])
+        self.update_rng.bit_generator.state = s["update_rng"]
+        torch.set_rng_state(s["torch_rng"])
+        self.engine.sync_weights(self.model)
+
+    def save_model(self, path: Path) -> None:
+        self.model.save_pretrained(path)
+        self.tokenizer.save_pretrained(path)
+
+
+def build_components(cfg: TrainConfig) -> Components:
+    torch.manual_seed(cfg.seed)
+    if cfg.model.device == "cpu":
+        torch.set_num_threads(cfg.model.threads)
+    data = build_data(cfg)
+    # Build the allocator before the model: a bad allocator option fails before any compute.
+    pool = PromptPool(ids=tuple(data.train.ids), texts=tuple(data.train.prompts))
+    options = {"lower": cfg.rollout.lower, "upper": cfg.rollout.upper, **cfg.allocator.options}
+    allocator = make_allocator(cfg.allocator.name, seed=cfg.seed, pool=pool, **options)
+    prompt_weights = None
+    if cfg.rl.prompt_weights == "gdro":
+        prompt_weights = PromptGDRO(**cfg.rl.prompt_weights_options)
+    classifier = None
+    if prompt_weights is not None and getattr(allocator, "classifier", None) is None:
+        classifier = DifficultyClassifier()
+    modulation = None
+    if cfg.rl.modulation == "dynamo":
+        modulation = from_dict(DynaMOConfig, cfg.rl.modulation_options, "rl.modulation_options")
+    ppo_cfg = PPOConfig(
+        clip_low=cfg.rl.clip_low,
+        clip_high=cfg.rl.clip_high,
+        dual_clip=cfg.rl.dual_clip,
+        aggregation=cfg.rl.aggregation,
+        kl_coef=cfg.rl.kl_coef,
+    )
+
+    model, tokenizer = load_model(cfg)
+    ref_model = None
+    if cfg.rl.kl_coef > 0:
+        ref_model = copy.deepcopy(model).eval()
+        for p in ref_model.parameters():
+            p.requires_grad_(False)
+    o = cfg.optim
+    optimizer = torch.optim.AdamW(model.parameters(), lr=o.lr, weight_decay=o.weight_decay,
+                                  betas=tuple(o.betas))
+    warm = max(o.warmup_steps * cfg.rl.mini_batches * cfg.rl.ppo_epochs, 0)
+    scheduler = torch.optim.lr_scheduler.LambdaLR(
+        optimizer, lambda i: min(1.0, (i + 1) / warm) if warm > 0 else 1.0
+    )
+    engine = build_engine(cfg, model, tokenizer)
+    generator = torch.Generator().manual_seed(cfg.seed)
+    return Components(
+        model=model,
+        tokenizer=tokenizer,
+        ref_model=ref_model,
+        optimizer=optimizer,
+        scheduler=scheduler,
+        engine=engine,
+        train=data.train,
+        verify=data.verify,
+        evaluator=Evaluator(engine, data.eval_sets, data.verify, cfg.eval),
+        allocator=allocator,
+        classifier=classifier,
+        prompt_weights=prompt_weights,
+        sampler=EpochSampler(len(data.train.ids), cfg.seed),
+        generator=generator,
+        update_rng=np.random.default_rng([cfg.seed, 1]),
+        ppo_cfg=ppo_cfg,
+        modulation_cfg=modulation,
+    )

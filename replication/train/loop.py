@@ -1,0 +1,182 @@
+"""The online RL loop. One step, top to bottom (../shared/DESIGN.md):
+
+    prompt ids (Q) → allocator.plan(ids, C) → counts n_q (Σ = C)
+    → rollouts (every per-row field repeated by the same counts) → verifier → rewards
+    → group advantages (variable sizes) → × Prompt-GDRO weight → PPO-clip (+ DynaMO modulation)
+    → allocator.observe(ids, counts, rewards, per-prompt losses) → logs and per-prompt records
+
+Run it as ``python -m replication train --profile default --allocator vip --seed 0 --out runs/x``.
+Same seed ⇒ same numbers; ``--resume`` continues a killed run to the numbers of an
+uninterrupted one (everything stateful is in the checkpoint).
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+
+import numpy as np
+import torch
+from tqdm.auto import tqdm
+
+from replication.config import TrainConfig, to_dict
+from replication.rl import group_advantages
+from replication.rollout.base import SamplingConfig
+from replication.train.checkpoint import load_checkpoint, save_checkpoint
+from replication.train.components import Components, build_components
+from replication.train.run_log import RunLog
+from replication.train.update import ppo_update
+
+
+def train(
+    cfg: TrainConfig,
+    out_dir: str | Path,
+    *,
+    max_steps: int | None = None,
+    resume: bool = False,
+    progress: bool = True,
+) -> dict:
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    steps = cfg.steps if max_steps is None else int(max_steps)
+    if steps < 1:
+        raise ValueError(f"--max-steps must be >= 1, got {steps}")
+    ckpt = load_checkpoint(out) if resume else None
+    if ckpt is not None and ckpt["config"] != to_dict(cfg):
+        raise ValueError(f"{out}: the checkpoint was written with a different configuration")
+    (out / "config.json").write_text(json.dumps(to_dict(cfg), indent=1))
+
+    c = build_components(cfg)
+    if ckpt is None:
+        start, wall_before = 0, 0.0
+        eval_before = c.evaluator(c.model, seed=cfg.seed)
+        history = {"rollouts_total": 0}
+    else:
+        c.load_state(ckpt["components"])
+        start, wall_before = ckpt["step"], ckpt["wall_seconds"]
+        eval_before, history = ckpt["eval_before"], ckpt["history"]
+    log = RunLog(out, resume_step=start - 1 if ckpt is not None else None)
+
+    t0 = time.perf_counter()
+    bar = tqdm(range(start, steps), initial=start, total=steps, disable=not progress,
+               desc=f"{cfg.allocator.name}/s{cfg.seed}", dynamic_ncols=True)
+    for step in bar:
+        row, prompt_rows = train_step(cfg, c, step)
+        history["rollouts_total"] += row["rollouts"]
+        log.log_step(row, prompt_rows)
+        bar.set_postfix(reward=f"{row['reward']:.3f}", zero=f"{row['zero_variance_frac']:.2f}")
+        if (step + 1) % cfg.checkpoint_every == 0 or step + 1 == steps:
+            save_checkpoint(out, {
+                "step": step + 1,
+                "config": to_dict(cfg),
+                "components": c.state(),
+                "eval_before": eval_before,
+                "history": history,
+                "wall_seconds": wall_before + time.perf_counter() - t0,
+            })
+    bar.close()
+    log.close()
+
+    eval_after = c.evaluator(c.model, seed=cfg.seed)
+    c.save_model(out / "model")
+    metrics = {
+        "profile": cfg.profile,
+        "allocator": cfg.allocator.name,
+        "estimator": cfg.rl.estimator,
+        "modulation": cfg.rl.modulation,
+        "prompt_weights": cfg.rl.prompt_weights,
+        "seed": cfg.seed,
+        "steps": steps,
+        "budget_per_step": cfg.budget,
+        "rollouts_total": history["rollouts_total"],
+        "eval_before": eval_before,
+        "eval_after": eval_after,
+        "wall_seconds": wall_before + time.perf_counter() - t0,
+    }
+    (out / "metrics.json").write_text(json.dumps(metrics, indent=1, sort_keys=True))
+    return metrics
+
+
+def train_step(cfg: TrainConfig, c: Components, step: int) -> tuple[dict, list[dict]]:
+    t_step = time.perf_counter()
+    # 1. prompts and the allocation of the step's fixed budget C = Q·n̄
+    idx = c.sampler.next_batch(cfg.rollout.prompts_per_step)
+    ids = [c.train.ids[i] for i in idx]
+    t_alloc = time.perf_counter()
+    counts = c.allocator.plan(ids, cfg.budget)
+    alloc_seconds = time.perf_counter() - t_alloc
+    details = c.allocator.plan_details()
+
+    # 2. rollouts: every per-row field repeated by the same counts (RolloutBatch.build)
+    s = cfg.rollout.sampling
+    batch = c.engine.generate(
+        ids,
+        [c.train.prompts[i] for i in idx],
+        [c.train.answers[i] for i in idx],
+        counts,
+        SamplingConfig(s.temperature, s.top_p, s.top_k, s.max_new_tokens),
+        generator=c.generator,
+    )
+    batch.check_alignment()
+    correct = np.array([c.verify(t, a) for t, a in zip(batch.completions, batch.row_answers)])
+    rewards = np.where(correct, cfg.rl.reward_positive, cfg.rl.reward_negative)
+
+    # 3. advantages per group (variable sizes), then Prompt-GDRO weights per prompt
+    adv = group_advantages(rewards, batch.group_index, cfg.rl.estimator)
+    prompt_w = np.ones(len(ids))
+    bins = c.bins(ids)
+    if c.prompt_weights is not None:
+        prompt_w = c.prompt_weights.weights(ids, bins, counts)
+        adv = adv * prompt_w[batch.group_index]
+
+    # 4. PPO-clip update over mini-batches (+ DynaMO token modulation)
+    upd = ppo_update(
+        c.model, c.optimizer, c.scheduler, batch, adv, c.ppo_cfg,
+        temperature=s.temperature, mini_batches=cfg.rl.mini_batches, ppo_epochs=cfg.rl.ppo_epochs,
+        grad_clip=cfg.optim.grad_clip, rng=c.update_rng, modulation=c.modulation_cfg,
+        ref_model=c.ref_model,
+    )
+    c.engine.sync_weights(c.model)
+
+    # 5. feedback: per-prompt losses (mean over the prompt's rollouts) to allocator and weighter
+    q = len(ids)
+    prompt_loss = np.bincount(batch.group_index, weights=upd.row_loss, minlength=q) / counts
+    succ = np.bincount(batch.group_index, weights=correct.astype(float), minlength=q)
+    c.allocator.observe(ids, counts, rewards, prompt_losses=prompt_loss)
+    if c.prompt_weights is not None:
+        c.prompt_weights.observe(ids, bins, prompt_loss)
+    c.observe_bins(ids, counts, correct)
+
+    zero_var = (succ == 0) | (succ == counts)
+    effective = float(counts[~zero_var].sum() / counts.sum())
+    row = {
+        "step": step,
+        "rollouts": int(counts.sum()),
+        "reward": float(rewards.mean()),
+        "accuracy": float(correct.mean()),
+        "prompt_accuracy": float((succ / counts).mean()),
+        "zero_variance_frac": float(zero_var.mean()),
+        "effective_rollout_frac": effective,
+        "counts_hist": np.bincount(counts, minlength=cfg.rollout.upper + 1).tolist(),
+        "allocator_seconds": alloc_seconds,
+        "step_seconds": time.perf_counter() - t_step,
+        **{k: v for k, v in upd.stats.items()},
+    }
+    if c.prompt_weights is not None:
+        row["weight_mass_per_bin"] = c.prompt_weights.bin_mass()
+    pred = details.get("predicted_p")
+    prompt_rows = [
+        {
+            "step": step,
+            "prompt_id": pid,
+            "n": int(counts[j]),
+            "successes": int(succ[j]),
+            "predicted_p": None if pred is None else float(pred[j]),
+            "bin": None if bins is None else int(bins[j]),
+            "weight": float(prompt_w[j]),
+            "loss": float(prompt_loss[j]),
+        }
+        for j, pid in enumerate(ids)
+    ]
+    return row, prompt_rows
