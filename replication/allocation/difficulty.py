@@ -179,3 +179,8 @@ class DifficultyClassifier:
 def _hashable(pid: Any) -> Hashable:
     # A JSON round trip turns tuple ids into lists.
     return tuple(pid) if isinstance(pid, list) else pid
+
+
+def classifier_config_from(config: Any) -> DifficultyConfig:
+    """The DifficultyConfig fields of an allocator config that inherits from DifficultyConfig."""
+    return DifficultyConfig(**{f.name: getattr(config, f.name) for f in dataclasses.fields(DifficultyConfig)})

@@ -73,11 +73,16 @@ class EXP3P:
     def sample(self) -> int:
         return int(self.rng.choice(self.n_arms, p=self.probabilities()))
 
-    def update(self, arm: int, loss: float, prob: float | None = None) -> None:
+    def update(
+        self, arm: int, loss: float, prob: float | None = None, known: np.ndarray | None = None
+    ) -> None:
         """Learn from playing ``arm`` with observed ``loss``.
 
         ``prob`` is the probability the arm had when it was chosen; by default the current one
-        (correct whenever nothing else updated the bandit in between).
+        (correct whenever nothing else updated the bandit in between). ``known`` is an optional
+        per-arm loss component that is known for EVERY arm (full information, e.g. a price
+        μ·n): it is added to each arm's estimate as is, not importance-weighted, which keeps the
+        estimate unbiased and removes that component's variance.
         """
         if isinstance(arm, bool) or int(arm) != arm or not 0 <= arm < self.n_arms:
             raise ValueError(f"arm must be an integer in [0, {self.n_arms - 1}], got {arm!r}")
@@ -89,6 +94,11 @@ class EXP3P:
         played = np.zeros(self.n_arms)
         played[int(arm)] = float(loss)
         est = (played - float(self.config.bonus)) / p
+        if known is not None:
+            extra = np.asarray(known, dtype=np.float64).reshape(-1)
+            if extra.shape != (self.n_arms,) or not np.all(np.isfinite(extra)):
+                raise ValueError(f"known must be {self.n_arms} finite per-arm values")
+            est = est + extra
         lam = self.config.ema
         if lam is None:
             self.scores = self.scores + est

@@ -65,6 +65,37 @@ class RolloutBatch:
             raise ValueError(f"{len(values)} values for {len(counts)} counts")
         return [v for v, c in zip(values, counts) for _ in range(int(c))]
 
+    @classmethod
+    def build(
+        cls,
+        prompt_ids: Sequence[Hashable],
+        answers: Sequence[str],
+        counts: np.ndarray,
+        input_ids: torch.Tensor,
+        attention_mask: torch.Tensor,
+        completion_mask: torch.Tensor,
+        old_logprobs: torch.Tensor,
+        completions: list[str],
+    ) -> "RolloutBatch":
+        """The one constructor engines use: every per-row field comes from ``repeat_rows``."""
+        counts = validate_counts(counts, len(prompt_ids))
+        if len(answers) != len(prompt_ids):
+            raise ValueError(f"{len(answers)} answers for {len(prompt_ids)} prompts")
+        batch = cls(
+            prompt_ids=list(prompt_ids),
+            counts=counts,
+            group_index=np.repeat(np.arange(len(prompt_ids)), counts),
+            row_prompt_ids=cls.repeat_rows(list(prompt_ids), counts),
+            row_answers=cls.repeat_rows(list(answers), counts),
+            input_ids=input_ids,
+            attention_mask=attention_mask,
+            completion_mask=completion_mask,
+            old_logprobs=old_logprobs,
+            completions=completions,
+        )
+        batch.check_alignment()
+        return batch
+
     def check_alignment(self) -> None:
         n = self.n_rows
         expect = np.repeat(np.arange(len(self.prompt_ids)), self.counts)
@@ -78,6 +109,23 @@ class RolloutBatch:
         for name in ("input_ids", "attention_mask", "completion_mask", "old_logprobs"):
             if getattr(self, name).shape[0] != n:
                 raise AssertionError(f"{name} has {getattr(self, name).shape[0]} rows, expected {n}")
+
+
+def validate_counts(counts: Sequence[int] | np.ndarray, n_prompts: int) -> np.ndarray:
+    """Per-prompt counts as int64, checked: one per prompt, each >= 1.
+
+    A zero count would make an empty group (no advantage baseline, no row to carry the prompt's
+    id); allocators guarantee ``lower >= 1``, so a zero here is a bug upstream and raises.
+    """
+    arr = np.asarray(counts)
+    if arr.ndim != 1 or len(arr) != n_prompts:
+        raise ValueError(f"counts must be 1-D with one entry per prompt ({n_prompts}), got shape {arr.shape}")
+    if arr.size and not np.all(np.equal(np.mod(arr, 1), 0)):
+        raise ValueError("counts must be integers")
+    arr = arr.astype(np.int64)
+    if arr.size and arr.min() < 1:
+        raise ValueError(f"every count must be >= 1 (got min {arr.min()}); drop zero-count prompts first")
+    return arr
 
 
 class RolloutEngine(Protocol):

@@ -30,10 +30,9 @@ def _scorer(source: str):
 
 def score(completion: object, answer: str, source: str) -> float:
     """1.0 when ``completion`` states ``answer`` (per the ``source`` dataset's scorer), else 0.0."""
+    scorer = _scorer(source)  # an unknown source is a configuration error: that one may raise
     if not isinstance(completion, str) or len(completion) > MAX_ANSWER_CHARS:
-        _scorer(source)
         return 0.0
-    scorer = _scorer(source)  # an unknown source is a configuration error: let it raise
     try:
         value = float(scorer(completion.strip(), {"answer": str(answer)}))
     except Exception:  # noqa: BLE001 — any scorer failure on garbage is a wrong answer

@@ -135,7 +135,7 @@ def train_step(cfg: TrainConfig, c: Components, step: int) -> tuple[dict, list[d
         c.model, c.optimizer, c.scheduler, batch, adv, c.ppo_cfg,
         temperature=s.temperature, mini_batches=cfg.rl.mini_batches, ppo_epochs=cfg.rl.ppo_epochs,
         grad_clip=cfg.optim.grad_clip, rng=c.update_rng, modulation=c.modulation_cfg,
-        ref_model=c.ref_model,
+        ref_model=c.ref_model, row_weights=prompt_w[batch.group_index],
     )
     c.engine.sync_weights(c.model)
 

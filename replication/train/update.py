@@ -27,7 +27,9 @@ from replication.rollout.base import RolloutBatch
 @dataclasses.dataclass
 class UpdateResult:
     row_loss: np.ndarray
-    """Per-row token-mean clipped surrogate loss (+ β·KL), at the time the row was trained."""
+    """Per-row token-mean clipped surrogate loss + β·KL, at the time the row was trained, with
+    the Prompt-GDRO weight divided back out of the surrogate: the adversary scores the loss of
+    the unweighted objective (a positive weight passes through min/clip, so this is exact)."""
     stats: dict
     """Means over mini-batches: grad_norm, clipfrac, entropy, approx_kl, modulation stats."""
 
@@ -47,6 +49,7 @@ def ppo_update(
     rng: np.random.Generator,
     modulation: DynaMOConfig | None = None,
     ref_model: torch.nn.Module | None = None,
+    row_weights: np.ndarray | None = None,
 ) -> UpdateResult:
     n = batch.n_rows
     adv_rows = torch.as_tensor(row_advantages, dtype=torch.float32)
@@ -59,7 +62,11 @@ def ppo_update(
         for mb in np.array_split(order, min(mini_batches, n)):
             mb_t = torch.as_tensor(np.sort(mb))
             mask = batch.completion_mask[mb_t].float()
-            n_tokens = mask.sum().clamp_min(1.0)
+            # token-mean divides by the mini-batch's valid tokens, seq-mean modes by its rows.
+            if ppo_cfg.aggregation == "token-mean":
+                denom = mask.sum().clamp_min(1.0)
+            else:
+                denom = torch.tensor(float(len(mb_t)))
             # Zero-advantage rows contribute no gradient (without KL): train only the others,
             # with the full mini-batch's token count as the token-mean denominator.
             # DynaMO's H_min/H_max range over ALL valid tokens of the mini-batch, so with
@@ -69,7 +76,7 @@ def ppo_update(
             if len(keep) > 0:
                 ids, attn = batch.input_ids[keep], batch.attention_mask[keep]
                 kmask = batch.completion_mask[keep].float()
-                logp, ent = token_logprobs_and_entropy(model, ids, attn, temperature)
+                logp, ent = token_logprobs_and_entropy(model, ids, attn, temperature, completion_mask=kmask)
                 old = batch.old_logprobs[keep]
                 adv_tok = adv_rows[keep].unsqueeze(1) * kmask
                 if modulation is not None:
@@ -81,10 +88,11 @@ def ppo_update(
                 ref_logp = None
                 if use_kl:
                     with torch.no_grad():
-                        ref_logp, _ = token_logprobs_and_entropy(ref_model, ids, attn, temperature)
-                loss, stats, per_row = ppo_clip_loss(
-                    logp, old, adv_tok, kmask, ppo_cfg, ref_logp=ref_logp, denominator=n_tokens
-                )
+                        ref_logp, _ = token_logprobs_and_entropy(
+                            ref_model, ids, attn, temperature, completion_mask=kmask
+                        )
+                res = ppo_clip_loss(logp, old, adv_tok, kmask, ppo_cfg, ref_logp=ref_logp, denominator=denom)
+                loss, stats = res.loss, res.stats
                 optimizer.zero_grad(set_to_none=True)
                 loss.backward()
                 gn = torch.nn.utils.clip_grad_norm_(model.parameters(), grad_clip)
@@ -93,7 +101,9 @@ def ppo_update(
                     scheduler.step()
                 stats = {**stats, **mod_stats, "grad_norm": float(gn)}
                 stats["entropy"] = float((ent.detach() * kmask).sum() / kmask.sum().clamp_min(1))
-                row_loss[keep.numpy()] = per_row.detach().numpy()
+                surrogate = (res.row_loss - res.row_kl).numpy()
+                w = 1.0 if row_weights is None else row_weights[keep.numpy()]
+                row_loss[keep.numpy()] = surrogate / w + res.row_kl.numpy()
             else:
                 # Nothing to learn from, but the optimizer still steps (Adam moments, decay),
                 # exactly as the full computation with an all-zero gradient would.

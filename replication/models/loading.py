@@ -1,0 +1,67 @@
+"""Save and load policies as plain HF folders, through the Auto classes only.
+
+The tiny model, an SFT checkpoint and Qwen2.5-Math all go through ``load_policy``; nothing here
+knows which one it is loading. The tiny tokenizer is written with ``tokenizer_class =
+PreTrainedTokenizerFast`` (transformers 5 writes its internal "TokenizersBackend"), so the folder
+also loads under transformers 4.x.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import torch
+import transformers
+from transformers import AutoModelForCausalLM, AutoTokenizer, PreTrainedModel, PreTrainedTokenizerBase
+
+_DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
+
+
+def resolve_dtype(dtype: str | torch.dtype | None) -> torch.dtype | str | None:
+    """None/"auto" keep the checkpoint's dtype; names map to torch dtypes."""
+    if dtype is None or isinstance(dtype, torch.dtype) or dtype == "auto":
+        return dtype
+    if dtype not in _DTYPES:
+        raise ValueError(f"dtype {dtype!r}: choose one of {sorted(_DTYPES)} or 'auto'")
+    return _DTYPES[dtype]
+
+
+def save_policy(model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase, folder: str | Path) -> Path:
+    """Write model + tokenizer to ``folder`` (created) as a standard HF folder."""
+    folder = Path(folder)
+    folder.mkdir(parents=True, exist_ok=True)
+    model.save_pretrained(folder)
+    tokenizer.save_pretrained(folder)
+    cfg_path = folder / "tokenizer_config.json"
+    if cfg_path.exists():
+        cfg = json.loads(cfg_path.read_text())
+        if cfg.get("tokenizer_class") == "TokenizersBackend":
+            cfg["tokenizer_class"] = "PreTrainedTokenizerFast"
+            cfg_path.write_text(json.dumps(cfg, indent=2))
+    return folder
+
+
+def load_policy(
+    path: str | Path,
+    device: str | torch.device = "cpu",
+    dtype: str | torch.dtype | None = None,
+    **from_pretrained: Any,
+) -> tuple[PreTrainedModel, PreTrainedTokenizerBase]:
+    """(model in eval mode on ``device``, tokenizer) from a local folder or a hub id.
+
+    ``from_pretrained`` options go to both Auto classes' ``from_pretrained`` (e.g.
+    ``local_files_only=True``, ``revision=...``). A tokenizer without a pad token gets EOS as pad
+    (the engines mask pads by attention, so the choice only has to be a valid id).
+    """
+    tokenizer = AutoTokenizer.from_pretrained(str(path), **from_pretrained)
+    dtype_kw = "dtype" if int(transformers.__version__.split(".")[0]) >= 5 else "torch_dtype"
+    kwargs = dict(from_pretrained)
+    resolved = resolve_dtype(dtype)
+    if resolved is not None:
+        kwargs[dtype_kw] = resolved
+    model = AutoModelForCausalLM.from_pretrained(str(path), **kwargs)
+    if tokenizer.pad_token_id is None:
+        tokenizer.pad_token = tokenizer.eos_token
+    return model.to(device).eval(), tokenizer

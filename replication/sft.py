@@ -1,0 +1,287 @@
+"""Supervised warm start of the tiny policy: "prompt=answer<eos>", loss on the answer tokens.
+
+    python -m replication sft --profile default --out results/base-model          # full
+    python -m replication sft --profile default --out /tmp/smoke --steps 20        # ~20 s smoke
+
+RL with verifiable rewards only learns from prompts the policy sometimes solves and sometimes
+fails (p in (0, 1)); a randomly initialised model solves nothing. The warm start is stopped
+early on purpose: the goal is not accuracy but a spread of per-prompt success probabilities
+over the train pool, with both tails present (allocators must find the all-fail and all-pass
+prompts) and a large middle (where rollouts buy gradient). ``SFTConfig``'s defaults were tuned
+for that (report: docs or the JSON this writes). The warm start never sees the held-out
+expressions, nor the RL train pool's where the level's problem space has room (``TaskSuite.
+reserved_texts``), so train-pool p measures generalisation just as held-out accuracy does.
+
+Outputs in ``out_dir``: an HF folder (config, weights, tokenizer) that ``load_policy`` and
+``AutoModelForCausalLM.from_pretrained`` load, and ``sft_report.json`` with the train-pool p
+histogram, per-level mean p and held-out mean@k / pass@k / greedy accuracy.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import math
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+from tqdm.auto import tqdm
+
+from replication.models import TinyModelConfig, build_char_tokenizer, build_tiny_model, count_parameters, save_policy
+from replication.rollout.base import SamplingConfig
+from replication.rollout.hf_engine import HFRolloutEngine
+from replication.tasks import TaskMixSpec, TaskSuite, build_tasks, generate_level, get_level, score_batch
+from replication.tasks.procedural import split_seed
+
+DEFAULT_SFT_MIX = {"add1": 1.0, "mul1": 1.0, "add2": 1.0, "add1t3": 1.0, "add3": 1.0, "mul2": 1.0}
+P_BIN_NAMES = ("<0.05", "0.05-0.1", "0.1-0.9", "0.9-0.95", ">0.95")
+"""Histogram bins of per-prompt success probability p (``p_histogram``)."""
+
+
+@dataclasses.dataclass
+class SFTConfig:
+    """Supervised warm start (the ``sft:`` section of a profile)."""
+
+    steps: int = 1500
+    """Optimizer steps (``--steps`` overrides; 20 makes a smoke run)."""
+    batch_size: int = 128
+    """Examples per step."""
+    lr: float = 1e-3
+    """Peak AdamW learning rate."""
+    lr_min: float = 1e-4
+    """Learning rate at the end of the cosine decay."""
+    warmup_steps: int = 20
+    """Linear warm-up steps before the cosine decay."""
+    weight_decay: float = 0.0
+    """AdamW weight decay."""
+    mix: dict = dataclasses.field(default_factory=lambda: dict(DEFAULT_SFT_MIX))
+    """Relative share of each level alias in the SFT batches (levels outside it are unseen)."""
+    corpus_per_level: int = 10_000
+    """Distinct SFT examples generated per level (fewer where the problem space is smaller)."""
+    seed: int = 0
+    """Seed of initialisation, corpus, batch order and the report's sampling."""
+    threads: int = 1
+    """torch threads (1 is fastest when the 2 cores are shared: OpenMP spin-waits otherwise)."""
+    model: TinyModelConfig = dataclasses.field(default_factory=TinyModelConfig)
+    """Tiny model shape."""
+    probe_prompts: int = 512
+    """Train-pool prompts (seeded subsample) whose success probability p the report estimates."""
+    probe_samples: int = 16
+    """Rollouts per probed prompt at temperature 1 (p = successes / samples)."""
+    eval_k: int = 8
+    """Samples per held-out prompt for mean@k / pass@k."""
+    eval_prompts: int = 200
+    """Prompts per held-out set in the report (0 = all)."""
+    max_new_tokens: int = 8
+    """Completion length limit when probing (longest answer + EOS is 7 tokens)."""
+    probe_every: int = 0
+    """Also probe the train pool every this many steps (0 = only at the end); for tuning."""
+
+    def __post_init__(self) -> None:
+        for name in ("steps", "batch_size", "corpus_per_level", "threads", "probe_samples", "eval_k", "max_new_tokens"):
+            if getattr(self, name) < 1:
+                raise ValueError(f"sft.{name} must be >= 1, got {getattr(self, name)}")
+        if not 0 < self.lr_min <= self.lr:
+            raise ValueError(f"sft.lr_min must be in (0, sft.lr], got {self.lr_min}")
+        if not self.mix or any(float(w) < 0 for w in self.mix.values()) or sum(map(float, self.mix.values())) <= 0:
+            raise ValueError("sft.mix needs non-negative weights with a positive sum")
+        for alias in self.mix:
+            get_level(alias)
+        if isinstance(self.model, dict):
+            self.model = TinyModelConfig(**self.model)
+
+
+# ---------------------------------------------------------------------------- data
+
+
+@dataclasses.dataclass
+class Corpus:
+    """Tokenised SFT examples: right-padded ids, labels (-100 off the answer), sampling weights."""
+
+    input_ids: torch.Tensor
+    attention_mask: torch.Tensor
+    labels: torch.Tensor
+    row_prob: np.ndarray
+    sizes: dict
+
+
+def build_corpus(cfg: SFTConfig, suite: TaskSuite, tokenizer) -> Corpus:
+    rows, levels, sizes = [], [], {}
+    for alias, weight in cfg.mix.items():
+        if float(weight) <= 0:
+            continue
+        level = get_level(alias)
+        reserved = suite.reserved_texts(alias) if alias in suite.levels else set()
+        items = generate_level(level, split_seed(cfg.seed, level, "sft"), cfg.corpus_per_level, "sft", reserved)
+        sizes[alias] = len(items)
+        prompts = tokenizer([p.text for p in items])["input_ids"]  # <bos> + characters
+        answers = tokenizer([p.answer for p in items], add_special_tokens=False)["input_ids"]
+        rows += [(q, a + [tokenizer.eos_token_id]) for q, a in zip(prompts, answers)]
+        levels += [alias] * len(items)
+    width = max(len(p) + len(a) for p, a in rows)
+    ids = torch.full((len(rows), width), tokenizer.pad_token_id, dtype=torch.long)
+    labels = torch.full((len(rows), width), -100, dtype=torch.long)
+    mask = torch.zeros((len(rows), width), dtype=torch.long)
+    for i, (p, a) in enumerate(rows):
+        ids[i, : len(p) + len(a)] = torch.as_tensor(p + a)
+        labels[i, len(p) : len(p) + len(a)] = torch.as_tensor(a)
+        mask[i, : len(p) + len(a)] = 1
+    # Each level gets its mix share of every batch, split evenly over its examples.
+    total = sum(float(cfg.mix[a]) for a in sizes)
+    row_prob = np.array([float(cfg.mix[a]) / total / sizes[a] for a in levels])
+    return Corpus(ids, mask, labels, row_prob / row_prob.sum(), sizes)
+
+
+def lr_at(step: int, cfg: SFTConfig) -> float:
+    """Linear warm-up to ``lr``, then cosine decay to ``lr_min`` at the last step."""
+    if step < cfg.warmup_steps:
+        return cfg.lr * (step + 1) / cfg.warmup_steps
+    span = max(cfg.steps - cfg.warmup_steps, 1)
+    t = min((step - cfg.warmup_steps) / span, 1.0)
+    return cfg.lr_min + 0.5 * (cfg.lr - cfg.lr_min) * (1 + math.cos(math.pi * t))
+
+
+# ---------------------------------------------------------------------------- probing
+
+
+def success_counts(engine: HFRolloutEngine, prompts: list, k: int, sampling: SamplingConfig, generator, chunk: int = 128) -> np.ndarray:
+    """Successes out of ``k`` sampled completions for each ``tasks.Prompt`` (binary verifier)."""
+    out = []
+    for lo in range(0, len(prompts), chunk):
+        part = prompts[lo : lo + chunk]
+        counts = np.full(len(part), k, dtype=np.int64)
+        batch = engine.generate([p.id for p in part], [p.text for p in part], [p.answer for p in part], counts, sampling, generator)
+        sources = batch.repeat_rows([p.source for p in part], counts)
+        ok = score_batch(batch.completions, batch.row_answers, sources)
+        out.append(np.bincount(batch.group_index, weights=ok, minlength=len(part)))
+    return np.concatenate(out).astype(np.int64) if out else np.zeros(0, dtype=np.int64)
+
+
+def p_histogram(p: np.ndarray) -> dict:
+    """Fractions of prompts with p < 0.05, 0.05 <= p <= 0.1, 0.1 < p < 0.9, 0.9 <= p <= 0.95, p > 0.95."""
+    p = np.asarray(p, dtype=float)
+    which = np.select([p < 0.05, p <= 0.1, p < 0.9, p <= 0.95], [0, 1, 2, 3], default=4)
+    frac = np.bincount(which, minlength=len(P_BIN_NAMES)) / max(len(p), 1)
+    return {name: round(float(f), 4) for name, f in zip(P_BIN_NAMES, frac)}
+
+
+def probe(engine: HFRolloutEngine, suite: TaskSuite, cfg: SFTConfig, seed: int) -> dict:
+    """Train-pool p histogram (overall and per level) and held-out mean@k / pass@k / greedy."""
+    sampling = SamplingConfig(temperature=1.0, max_new_tokens=cfg.max_new_tokens)
+    greedy = SamplingConfig(temperature=1.0, top_k=1, max_new_tokens=cfg.max_new_tokens)
+    gen = torch.Generator().manual_seed(seed)
+    sub = suite.train.subsample(cfg.probe_prompts, seed)
+    succ = success_counts(engine, list(sub.prompts), cfg.probe_samples, sampling, gen)
+    p = succ / cfg.probe_samples
+    levels = np.array(sub.levels)
+    per_level = {
+        a: {"n": int((levels == a).sum()), "mean_p": round(float(p[levels == a].mean()), 4), "hist": p_histogram(p[levels == a])}
+        for a in dict.fromkeys(sub.levels)
+    }
+    heldout = {}
+    for name, pool in suite.heldout.items():
+        prompts = list(pool.prompts[: cfg.eval_prompts] if cfg.eval_prompts else pool.prompts)
+        s = success_counts(engine, prompts, cfg.eval_k, sampling, gen)
+        g = success_counts(engine, prompts, 1, greedy, gen)
+        heldout[name] = {
+            f"mean@{cfg.eval_k}": round(float(np.mean(s / cfg.eval_k)), 4),
+            f"pass@{cfg.eval_k}": round(float(np.mean(s > 0)), 4),
+            "greedy": round(float(np.mean(g)), 4),
+            "n_prompts": len(prompts),
+        }
+    return {
+        "train_pool": {"n_prompts": len(sub), "samples": cfg.probe_samples, "hist": p_histogram(p), "mean_p": round(float(p.mean()), 4)},
+        "per_level": per_level,
+        "heldout": heldout,
+    }
+
+
+# ---------------------------------------------------------------------------- training
+
+
+def run_sft(cfg: SFTConfig, out_dir: str | Path, tasks: TaskMixSpec | None = None, progress: bool = True) -> dict:
+    """Train the tiny model, save it (HF folder) and its report to ``out_dir``; return the report."""
+    t0 = time.perf_counter()
+    out_dir = Path(out_dir)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    torch.set_num_threads(cfg.threads)
+    tasks = tasks or TaskMixSpec()
+    suite = build_tasks(tasks)
+    tokenizer = build_char_tokenizer()
+    model = build_tiny_model(dataclasses.replace(cfg.model, init_seed=cfg.seed), tokenizer)
+    corpus = build_corpus(cfg, suite, tokenizer)
+    rng = np.random.default_rng([cfg.seed, 7])
+    opt = torch.optim.AdamW(model.parameters(), lr=cfg.lr, weight_decay=cfg.weight_decay)
+    engine = HFRolloutEngine(model, tokenizer, default_max_new_tokens=cfg.max_new_tokens)
+    trajectory, losses = [], []
+    t_train = time.perf_counter()
+    model.train()
+    bar = tqdm(range(cfg.steps), desc="sft", disable=not progress, mininterval=2.0)
+    for step in bar:
+        idx = torch.as_tensor(rng.choice(len(corpus.row_prob), size=cfg.batch_size, p=corpus.row_prob))
+        mask = corpus.attention_mask[idx]
+        width = int(mask.sum(1).max())  # trim the batch to its longest example
+        for group in opt.param_groups:
+            group["lr"] = lr_at(step, cfg)
+        out = model(input_ids=corpus.input_ids[idx, :width], attention_mask=mask[:, :width], labels=corpus.labels[idx, :width])
+        opt.zero_grad(set_to_none=True)
+        out.loss.backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        opt.step()
+        losses.append(float(out.loss.detach()))
+        if step % 50 == 0:
+            bar.set_postfix(loss=f"{np.mean(losses[-50:]):.3f}")
+        if cfg.probe_every and (step + 1) % cfg.probe_every == 0 and step + 1 < cfg.steps:
+            snap = probe(engine, suite, cfg, cfg.seed + 1)
+            trajectory.append({"step": step + 1, "loss": round(float(np.mean(losses[-50:])), 4), **snap})
+            model.train()
+    train_seconds = time.perf_counter() - t_train
+    model.eval()
+    save_policy(model, tokenizer, out_dir)
+    t_probe = time.perf_counter()
+    final = probe(engine, suite, cfg, cfg.seed + 1)
+    report = {
+        "config": _jsonable(dataclasses.asdict(cfg)),
+        "tasks": _jsonable(dataclasses.asdict(tasks)),
+        "levels": {a: dataclasses.asdict(i) for a, i in suite.levels.items()},
+        "corpus_sizes": corpus.sizes,
+        "parameters": count_parameters(model),
+        "final_loss": round(float(np.mean(losses[-50:])), 4),
+        "train_seconds": round(train_seconds, 1),
+        "probe_seconds": round(time.perf_counter() - t_probe, 1),
+        "wall_seconds": round(time.perf_counter() - t0, 1),
+        **final,
+        "trajectory": trajectory,
+    }
+    (out_dir / "sft_report.json").write_text(json.dumps(report, indent=1))
+    return report
+
+
+def run_sft_from_profile(train_cfg: Any, out_dir: str | Path, steps: int | None = None, seed: int | None = None, progress: bool = True) -> dict:
+    """CLI entry: SFT options from the profile's ``sft:`` section, task mix from ``task.options``."""
+    from replication.config import ConfigError
+
+    try:
+        options = dict(train_cfg.sft)
+        if isinstance(options.get("model"), dict):
+            options["model"] = TinyModelConfig(**options["model"])
+        cfg = SFTConfig(**options)
+        tasks = TaskMixSpec(**dict(train_cfg.task.options))
+    except (TypeError, ValueError) as e:
+        raise ConfigError(f"sft / task.options: {e}") from e
+    if steps is not None:
+        cfg = dataclasses.replace(cfg, steps=steps)
+    if seed is not None:
+        cfg = dataclasses.replace(cfg, seed=seed)
+    return run_sft(cfg, out_dir, tasks, progress=progress)
+
+
+def _jsonable(x: Any) -> Any:
+    if isinstance(x, dict):
+        return {str(k): _jsonable(v) for k, v in x.items()}
+    if isinstance(x, (list, tuple)):
+        return [_jsonable(v) for v in x]
+    return x
