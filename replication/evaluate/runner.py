@@ -21,7 +21,7 @@ class Evaluator:
         self,
         engine: Any,
         eval_sets: Mapping[str, Any],
-        verify: Callable[[str, str], bool],
+        verify: Callable[[str, str, str], bool],
         cfg: Any,
         max_new_tokens: int | None = None,
         chunk_prompts: int = 64,
@@ -37,10 +37,14 @@ class Evaluator:
         out = []
         for lo in range(0, len(data.ids), self.chunk):
             sl = slice(lo, lo + self.chunk)
-            ids, prompts, answers = data.ids[sl], data.prompts[sl], data.answers[sl]
+            ids, inputs, answers = data.ids[sl], data.inputs[sl], data.answers[sl]
+            sources = data.sources[sl]
             counts = np.full(len(ids), n, dtype=np.int64)
-            batch = self.engine.generate(ids, prompts, answers, counts, sampling, generator=gen)
-            ok = np.array([self.verify(t, a) for t, a in zip(batch.completions, batch.row_answers)])
+            batch = self.engine.generate(ids, inputs, answers, counts, sampling, generator=gen)
+            ok = np.array([
+                self.verify(t, a, sources[g])
+                for t, a, g in zip(batch.completions, batch.row_answers, batch.group_index)
+            ])
             out.append(np.bincount(batch.group_index, weights=ok.astype(float), minlength=len(ids)))
         return np.concatenate(out).astype(np.int64)
 

@@ -17,7 +17,7 @@ from replication.config import TrainConfig, from_dict
 from replication.evaluate.runner import Evaluator
 from replication.rl import DynaMOConfig, PPOConfig
 from replication.train.sampler import EpochSampler
-from replication.train.setup import TrainData, build_data, build_engine, load_model
+from replication.train.setup import PromptSet, build_data, build_engine, format_inputs, load_model
 
 
 @dataclasses.dataclass
@@ -28,8 +28,8 @@ class Components:
     optimizer: torch.optim.Optimizer
     scheduler: torch.optim.lr_scheduler.LRScheduler
     engine: Any
-    train: TrainData
-    verify: Callable[[str, str], bool]
+    train: PromptSet
+    verify: Callable[[str, str, str], bool]
     evaluator: Evaluator
     allocator: Allocator
     classifier: DifficultyClassifier | None
@@ -98,7 +98,7 @@ def build_components(cfg: TrainConfig) -> Components:
         torch.set_num_threads(cfg.model.threads)
     data = build_data(cfg)
     # Build the allocator before the model: a bad allocator option fails before any compute.
-    pool = PromptPool(ids=tuple(data.train.ids), texts=tuple(data.train.prompts))
+    pool = PromptPool(ids=tuple(data.train.ids), texts=tuple(data.train.texts))
     options = {"lower": cfg.rollout.lower, "upper": cfg.rollout.upper, **cfg.allocator.options}
     allocator = make_allocator(cfg.allocator.name, seed=cfg.seed, pool=pool, **options)
     prompt_weights = None
@@ -119,6 +119,7 @@ def build_components(cfg: TrainConfig) -> Components:
     )
 
     model, tokenizer = load_model(cfg)
+    add_special = format_inputs(data, tokenizer)
     ref_model = None
     if cfg.rl.kl_coef > 0:
         ref_model = copy.deepcopy(model).eval()
@@ -131,7 +132,7 @@ def build_components(cfg: TrainConfig) -> Components:
     scheduler = torch.optim.lr_scheduler.LambdaLR(
         optimizer, lambda i: min(1.0, (i + 1) / warm) if warm > 0 else 1.0
     )
-    engine = build_engine(cfg, model, tokenizer)
+    engine = build_engine(cfg, model, tokenizer, add_special_tokens=add_special)
     generator = torch.Generator().manual_seed(cfg.seed)
     return Components(
         model=model,

@@ -112,14 +112,18 @@ def train_step(cfg: TrainConfig, c: Components, step: int) -> tuple[dict, list[d
     s = cfg.rollout.sampling
     batch = c.engine.generate(
         ids,
-        [c.train.prompts[i] for i in idx],
+        [c.train.inputs[i] for i in idx],
         [c.train.answers[i] for i in idx],
         counts,
         SamplingConfig(s.temperature, s.top_p, s.top_k, s.max_new_tokens),
         generator=c.generator,
     )
     batch.check_alignment()
-    correct = np.array([c.verify(t, a) for t, a in zip(batch.completions, batch.row_answers)])
+    sources = [c.train.sources[i] for i in idx]
+    correct = np.array([
+        c.verify(t, a, sources[g])
+        for t, a, g in zip(batch.completions, batch.row_answers, batch.group_index)
+    ])
     rewards = np.where(correct, cfg.rl.reward_positive, cfg.rl.reward_negative)
 
     # 3. advantages per group (variable sizes), then Prompt-GDRO weights per prompt
