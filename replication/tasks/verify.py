@@ -40,6 +40,12 @@ def score(completion: object, answer: str, source: str) -> float:
     return 1.0 if math.isfinite(value) and value >= 1.0 else 0.0
 
 
+def is_correct(completion: object, answer: str, source: str = "chain_sum") -> bool:
+    """``score(...) == 1``. chain_sum and products share one scorer, so the default source is
+    right for every built-in level; pass the prompt's ``source`` for anything else."""
+    return score(completion, answer, source) == 1.0
+
+
 def score_batch(completions: Sequence[object], answers: Sequence[str], sources: Sequence[str]) -> np.ndarray:
     """Per-row binary rewards (float32) for aligned completions, answers and sources."""
     if not (len(completions) == len(answers) == len(sources)):

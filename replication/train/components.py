@@ -13,7 +13,7 @@ import torch
 from replication.allocation import Allocator, PromptPool, make_allocator
 from replication.allocation.difficulty import DifficultyClassifier
 from replication.allocation.prompt_gdro import PromptGDRO
-from replication.config import TrainConfig, from_dict
+from replication.config import ConfigError, TrainConfig, from_dict
 from replication.evaluate.runner import Evaluator
 from replication.rl import DynaMOConfig, PPOConfig
 from replication.train.sampler import EpochSampler
@@ -100,10 +100,19 @@ def build_components(cfg: TrainConfig) -> Components:
     # Build the allocator before the model: a bad allocator option fails before any compute.
     pool = PromptPool(ids=tuple(data.train.ids), texts=tuple(data.train.texts))
     options = {"lower": cfg.rollout.lower, "upper": cfg.rollout.upper, **cfg.allocator.options}
-    allocator = make_allocator(cfg.allocator.name, seed=cfg.seed, pool=pool, **options)
-    prompt_weights = None
-    if cfg.rl.prompt_weights == "gdro":
-        prompt_weights = PromptGDRO(**cfg.rl.prompt_weights_options)
+    # A variance-aware allocator optimises the variance of the estimator actually trained with.
+    from replication.allocation import ALLOCATORS
+
+    alloc_cls = ALLOCATORS.get(cfg.allocator.name)
+    if alloc_cls is not None and "estimator" in {f.name for f in dataclasses.fields(alloc_cls.Config)}:
+        options.setdefault("estimator", cfg.rl.estimator)
+    try:
+        allocator = make_allocator(cfg.allocator.name, seed=cfg.seed, pool=pool, **options)
+        prompt_weights = None
+        if cfg.rl.prompt_weights == "gdro":
+            prompt_weights = PromptGDRO(**cfg.rl.prompt_weights_options)
+    except (TypeError, ValueError) as e:
+        raise ConfigError(f"allocator.options / rl.prompt_weights_options: {e}") from None
     classifier = None
     if prompt_weights is not None and getattr(allocator, "classifier", None) is None:
         classifier = DifficultyClassifier()

@@ -38,16 +38,15 @@ def train(
     progress: bool = True,
 ) -> dict:
     out = Path(out_dir)
-    out.mkdir(parents=True, exist_ok=True)
     steps = cfg.steps if max_steps is None else int(max_steps)
     if steps < 1:
         raise ValueError(f"--max-steps must be >= 1, got {steps}")
     ckpt = load_checkpoint(out) if resume else None
     if ckpt is not None and ckpt["config"] != to_dict(cfg):
         raise ValueError(f"{out}: the checkpoint was written with a different configuration")
+    c = build_components(cfg)  # validates data, allocator and model before anything is written
+    out.mkdir(parents=True, exist_ok=True)
     (out / "config.json").write_text(json.dumps(to_dict(cfg), indent=1))
-
-    c = build_components(cfg)
     if ckpt is None:
         start, wall_before = 0, 0.0
         eval_before = c.evaluator(c.model, seed=cfg.seed)

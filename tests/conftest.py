@@ -1,0 +1,47 @@
+"""Shared fixtures: a small SFT base model built once per test session (CPU, seconds)."""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+
+os.environ.setdefault("DVC_NO_ANALYTICS", "1")
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+
+# Tiny settings shared by every trainer test: small pools, 8 prompts x 4 rollouts, 2 eval sets.
+SMALL_TASKS = {
+    "train_sizes": {"add1": 200, "add2": 300, "mul1": 100},
+    "heldout_size": 16,
+    "heldout_levels": ["add2", "mul1"],
+}
+
+
+@pytest.fixture(scope="session")
+def small_overrides(base_model_dir) -> dict:
+    """Config overrides for a seconds-long run on the session's base model."""
+    model_dir = base_model_dir
+    return {
+        "model.path": model_dir,
+        "task.options": dict(SMALL_TASKS),
+        "rollout.prompts_per_step": 8,
+        "rollout.mean_rollouts": 4,
+        "rollout.lower": 2,
+        "rollout.upper": 8,
+        "eval.k": 2,
+        "eval.prompts_per_set": 8,
+        "checkpoint_every": 2,
+        "steps": 4,
+    }
+
+
+@pytest.fixture(scope="session")
+def base_model_dir(tmp_path_factory) -> str:
+    from replication.sft import SFTConfig, run_sft
+    from replication.tasks import TaskMixSpec
+
+    out = tmp_path_factory.mktemp("base-model")
+    cfg = SFTConfig(steps=150, batch_size=64, probe_prompts=16, probe_samples=4, eval_prompts=8, eval_k=2,
+                    mix={"add1": 1.0, "add2": 1.0, "mul1": 1.0}, corpus_per_level=2000)
+    run_sft(cfg, out, TaskMixSpec(**SMALL_TASKS), progress=False)
+    return str(out)
