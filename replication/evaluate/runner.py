@@ -57,10 +57,12 @@ class Evaluator:
         sample = SamplingConfig(c.temperature, c.top_p, c.top_k, mnt)
         greedy = SamplingConfig(1.0, 1.0, 1, mnt)  # top-k = 1 is exactly greedy decoding
         results: dict[str, dict[str, float]] = {}
+        pooled: list[np.ndarray] = []
         for j, (name, data) in enumerate(sorted(self.sets.items())):
             gen = torch.Generator().manual_seed(int(seed) * 1000 + 17 + j)
             with torch.no_grad():
                 succ = self._correct_counts(data, k, sample, gen)
+                pooled.append(succ)
                 row = {
                     f"mean@{k}": float(np.mean(succ / k)),
                     f"pass@{k}": float(np.mean(pass_at_k(k, succ, k))),
@@ -74,6 +76,14 @@ class Evaluator:
         results["average"] = {
             key: float(np.mean([results[s][key] for s in self.sets]))
             for key in (f"mean@{k}", f"pass@{k}", "pass@1") + (("greedy",) if c.greedy else ())
+        }
+        # GDRO reports one pass@k pooled over every held-out prompt (gdro.md, Table 1).
+        allp = np.concatenate(pooled)
+        results["pooled"] = {
+            f"mean@{k}": float(np.mean(allp / k)),
+            f"pass@{k}": float(np.mean(pass_at_k(k, allp, k))),
+            "pass@1": float(np.mean(pass_at_k(k, allp, 1))),
+            "n_prompts": int(len(allp)),
         }
         if was_training:
             model.train()

