@@ -78,6 +78,15 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--steps", type=int, help="override the SFT step count (smoke runs)")
     s.add_argument("--seed", type=int)
 
+    pm = sub.add_parser("prepare-model", help="build the profile's base model (SFT / convert / note)")
+    _common(pm)
+    pm.add_argument("--out", required=True, type=Path)
+    pm.add_argument("--steps", type=int, help="override the SFT step count (smoke runs)")
+
+    r = sub.add_parser("report", help="cross-paper summary from results/<paper>/summary.json")
+    r.add_argument("--results", default=Path("results"), type=Path)
+    r.add_argument("--out", default=Path("results/summary.md"), type=Path)
+
     sub.add_parser("profiles", help="list the available profiles")
     d = sub.add_parser("dry-run", help="validate a profile and print its plan (no GPU needed)")
     _common(d)
@@ -89,6 +98,11 @@ def main(argv: list[str] | None = None) -> int:
     try:
         if args.cmd == "profiles":
             print("\n".join(available_profiles()))
+            return 0
+        if args.cmd == "report":
+            from replication.report.summary import write_summary
+
+            print(write_summary(args.results, args.out))
             return 0
         cfg = load_profile(args.profile, _overrides(args))
         if args.cmd == "train":
@@ -108,6 +122,10 @@ def main(argv: list[str] | None = None) -> int:
             from replication.sft import run_sft_from_profile
 
             run_sft_from_profile(cfg, args.out, steps=args.steps, seed=args.seed)
+        elif args.cmd == "prepare-model":
+            from replication.train.prepare import prepare_model
+
+            print(prepare_model(cfg, args.out, steps=args.steps))
         elif args.cmd == "dry-run":
             from replication.train.plan import describe
 

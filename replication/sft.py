@@ -194,10 +194,12 @@ def probe(engine: HFRolloutEngine, suite: TaskSuite, cfg: SFTConfig, seed: int) 
             "greedy": round(float(np.mean(g)), 4),
             "n_prompts": len(prompts),
         }
+    key = f"mean@{cfg.eval_k}"
     return {
         "train_pool": {"n_prompts": len(sub), "samples": cfg.probe_samples, "hist": p_histogram(p), "mean_p": round(float(p.mean()), 4)},
         "per_level": per_level,
         "heldout": heldout,
+        "heldout_average": {key: round(float(np.mean([h[key] for h in heldout.values()])), 4) if heldout else None},
     }
 
 

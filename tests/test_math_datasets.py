@@ -97,6 +97,8 @@ def test_gpqa_choices_are_seeded_and_answer_is_the_right_letter():
         assert p.answer in "ABCD"
         assert f"\n{p.answer}: {correct}\n" in p.prompt + "\n"
         assert "only provide the letter" in p.prompt
+    from_folder = load_math_dataset("gpqa_diamond", path=str(FIX))  # file named after the config
+    assert [p.prompt for p in from_folder] == [p.prompt for p in a]
     seeds = {tuple(p.answer for p in load_math_dataset(
         "gpqa_diamond", path=str(FIX / "gpqa_diamond.csv"), seed=s)) for s in range(12)}
     assert len(seeds) > 1  # the seed moves the correct option
@@ -222,6 +224,6 @@ def test_champ_expression_answers_parse_in_math_verify():
 
     items = champ.load_champ(kinds=("expression",))
     # braces around the gold defeat the exact-match shortcut: math-verify must parse both sides
-    with MathVerifier(MathRewardConfig(time_limit_s=10)) as v:
+    with MathVerifier(MathRewardConfig(time_limit_s=10, num_workers=2)) as v:
         ok = v.is_correct(["\\boxed{ {" + p.answer + "} }" for p in items], [p.answer for p in items])
     assert ok.all(), [p.answer for p, o in zip(items, ok) if not o]

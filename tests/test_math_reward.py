@@ -129,6 +129,12 @@ def test_extraction_modes_follow_the_prompt_format():
 
 
 @needs_math_verify
+def test_trainer_verify_signature(verifier):
+    assert verifier("so \\boxed{\\frac{4}{8}}", "0.5", "aime24") is True
+    assert verifier("\\boxed{3}", "4", "aime24") is False
+
+
+@needs_math_verify
 def test_bad_inputs(verifier):
     assert verifier.is_correct(["\\boxed{1}", None, ""], ["", "1", "1"]).tolist() == [False] * 3
     with pytest.raises(ValueError, match="2 completions for 1 answers"):

@@ -132,7 +132,7 @@ class HFRolloutEngine:
     # ------------------------------------------------------------------ internals
     def _encode_prompts(self, prompts: Sequence[str]) -> tuple[torch.Tensor, torch.Tensor]:
         """Each unique prompt once, left-padded to the longest: [Q, P] ids and mask."""
-        encoded = [self.tokenizer(p, add_special_tokens=self.add_special_tokens)["input_ids"] for p in prompts]
+        encoded = self.tokenizer(list(prompts), add_special_tokens=self.add_special_tokens)["input_ids"]
         if any(len(e) == 0 for e in encoded):
             raise ValueError("a prompt encodes to zero tokens")
         width = max(len(e) for e in encoded)

@@ -53,7 +53,6 @@ exercised on a GPU in this repository's CI (the GPU test runs where vLLM and CUD
 from __future__ import annotations
 
 import dataclasses
-import os
 from collections.abc import Callable, Hashable, Iterable, Mapping, Sequence
 from typing import Any
 
@@ -435,8 +434,3 @@ def _default_params_factory() -> Callable[..., Any]:
 
     return vllm.SamplingParams
 
-
-def in_process_hint() -> str:
-    """The environment that makes vLLM V1's model reachable from this process (fast sync)."""
-    return ("VLLM_ENABLE_V1_MULTIPROCESSING=0 (currently "
-            f"{os.environ.get('VLLM_ENABLE_V1_MULTIPROCESSING', 'unset')})")

@@ -142,7 +142,10 @@ def register_template(template: PromptTemplate) -> PromptTemplate:
 register_template(PromptTemplate("raw", "{question}", "boxed", "the bare problem"))
 register_template(PromptTemplate(
     "boxed", "{question} " + BOXED_INSTRUCTION, "boxed",
-    "GDRO (paper App. A; verl-gdro examples/data_preprocess/*.py) = verl's default math prompt"))
+    "GDRO (paper App. A; verl-gdro examples/data_preprocess/*.py) = verl's default math prompt. "
+    "GDRO's builder appended it to open-r1's `prompt` column, which open-r1's create_dataset.py "
+    "copies from the DAPO-wrapped message (two answer-format instructions); we follow the paper "
+    "text and append it to the bare question"))
 register_template(PromptTemplate(
     "dapo", DAPO_PREFIX + "{question}" + DAPO_SUFFIX, "answer_line",
     "DAPO-Math-17k's own wrapper; DynaMO's script trains on the parquet prompt as is"))
@@ -444,6 +447,9 @@ def _read_local(path: str, config: str | None, split: str) -> list[dict[str, Any
                    if f.endswith(_DATA_SUFFIXES) and not Path(f).name.startswith("."))
     if not files:
         raise FileNotFoundError(f"no data files ({', '.join(_DATA_SUFFIXES)}) under {root}")
+    if config and root == p:  # configs as file names (Idavidrein/gpqa: gpqa_diamond.csv, ...)
+        named = [f for f in files if config in Path(f).name]
+        files = named or files
     # hub snapshots name files after the split (data/test-00000-of-00001.parquet, test.jsonl)
     for_split = [f for f in files if Path(f).name.startswith(split)]
     rows: list[dict[str, Any]] = []
@@ -526,7 +532,7 @@ def _read_hub(spec: MathDatasetSpec, cfg: MathDatasetConfig) -> list[dict[str, A
         args.append(cfg.hub_config or spec.config)
     try:
         if offline:
-            with _forced_offline(datasets):
+            with _forced_offline():
                 ds = datasets.load_dataset(*args, **kwargs)
         else:
             ds = datasets.load_dataset(*args, **kwargs)
@@ -541,7 +547,7 @@ class _forced_offline:
     """Make ``datasets``/``huggingface_hub`` treat this call as offline even when the env var was
     set after they were imported (both read it into module constants at import time)."""
 
-    def __init__(self, datasets_module: Any) -> None:
+    def __init__(self) -> None:
         self._targets: list[tuple[Any, str]] = []
         for mod_name, attr in (("datasets.config", "HF_HUB_OFFLINE"),
                                ("datasets.config", "HF_DATASETS_OFFLINE"),

@@ -345,6 +345,12 @@ class MathVerifier:
                     out[i] = ok
         return out
 
+    def __call__(self, completion: str, answer: str, source: str | None = None) -> bool:
+        """One row, in the trainer's ``verify(completion, answer, source)`` shape (``source`` is
+        ignored: every math dataset uses the same checker). Batch calls run workers in
+        parallel; prefer ``is_correct``/``rewards`` where the caller has the whole batch."""
+        return bool(self.is_correct([completion], [answer])[0])
+
     def close(self) -> None:
         with self._lock:
             for w in self._workers + ([self._spare] if self._spare else []):

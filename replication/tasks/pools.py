@@ -50,15 +50,15 @@ class TaskMixSpec:
 
     def __post_init__(self) -> None:
         if not self.train_sizes:
-            raise ValueError("tasks.train_sizes: at least one level is needed")
+            raise ValueError("task.options.train_sizes: at least one level is needed")
         for alias, n in self.train_sizes.items():
             get_level(alias)
             if int(n) < 1:
-                raise ValueError(f"tasks.train_sizes[{alias!r}] = {n}: must be >= 1")
+                raise ValueError(f"task.options.train_sizes[{alias!r}] = {n}: must be >= 1")
         for alias in self.heldout_levels or ():
             get_level(alias)
         if self.heldout_size < 1:
-            raise ValueError(f"tasks.heldout_size = {self.heldout_size}: must be >= 1")
+            raise ValueError(f"task.options.heldout_size = {self.heldout_size}: must be >= 1")
 
 
 @dataclasses.dataclass(frozen=True)

@@ -101,7 +101,7 @@ def format_inputs(data: TrainData, tokenizer: Any) -> bool:
 
     fmt = make_formatter(data.formatter_name, tokenizer=tokenizer)
     for s in [data.train, *data.eval_sets.values()]:
-        s.inputs = [fmt(t) for t in s.texts]
+        s.inputs = [fmt(t) for t in s.inputs]
     return fmt.add_special_tokens
 
 

@@ -1,0 +1,133 @@
+"""Load a results folder of exported runs into tidy pandas frames.
+
+``experiments.run_grid`` exports each (arm, seed) run to OUT/<arm>/s<seed>/ with
+metrics.json, steps.jsonl, config.json and prompts.jsonl.gz (train/loop.py writes the rows).
+Every loader takes that OUT folder (or run_grid's returned frame with arm, seed, dir columns,
+which keeps the arms' display names) and adds ``arm`` and ``seed`` columns:
+
+- ``list_runs``: one row per run (allocator, estimator, wall time, allocator overhead ...).
+- ``load_eval``: one row per (arm, seed, phase, set, metric) with phase "before"/"after".
+- ``load_steps``: steps.jsonl rows; list fields (counts_hist, weight_mass_per_bin) kept as lists.
+- ``load_prompts``: per-(step, prompt) records, read from the gzip.
+"""
+
+from __future__ import annotations
+
+import gzip
+import json
+import re
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+SEED_DIR = re.compile(r"^s(\d+)$")
+PHASES = {"eval_before": "before", "eval_after": "after"}
+
+
+def _run_dirs(source: str | Path | pd.DataFrame) -> list[tuple[str, int, Path]]:
+    if isinstance(source, pd.DataFrame):
+        missing = {"arm", "seed", "dir"} - set(source.columns)
+        if missing:
+            raise ValueError(f"run frame lacks columns {sorted(missing)} (expected run_grid's output)")
+        return [(str(r.arm), int(r.seed), Path(r.dir)) for r in source.itertuples()]
+    root = Path(source)
+    if not root.is_dir():
+        raise FileNotFoundError(f"results folder {root} does not exist")
+    out = []
+    for arm_dir in sorted(p for p in root.iterdir() if p.is_dir()):
+        for seed_dir in sorted(arm_dir.iterdir()):
+            m = SEED_DIR.match(seed_dir.name)
+            if m and (seed_dir / "metrics.json").exists():
+                out.append((arm_dir.name, int(m.group(1)), seed_dir))
+    if not out:
+        raise FileNotFoundError(f"no runs under {root}: expected <arm>/s<seed>/metrics.json")
+    return out
+
+
+def _read_json(path: Path) -> dict:
+    return json.loads(Path(path).read_text())
+
+
+def _read_jsonl(path: Path) -> list[dict]:
+    opener = gzip.open if str(path).endswith(".gz") else open
+    with opener(path, "rt") as f:
+        return [json.loads(line) for line in f if line.strip()]
+
+
+def list_runs(source: str | Path | pd.DataFrame) -> pd.DataFrame:
+    """One row per run: arm, seed, dir, allocator, estimator, modulation, prompt_weights, steps,
+    budget_per_step, rollouts_total, wall_seconds, allocator_seconds (summed over steps) and
+    allocator_share = allocator_seconds / wall_seconds (VIP's overhead measure, vip.md)."""
+    rows = []
+    for arm, seed, d in _run_dirs(source):
+        m = _read_json(d / "metrics.json")
+        alloc_s = np.nan
+        if (d / "steps.jsonl").exists():
+            alloc_s = float(sum(r.get("allocator_seconds", 0.0) for r in _read_jsonl(d / "steps.jsonl")))
+        wall = float(m.get("wall_seconds", np.nan))
+        rows.append({
+            "arm": arm, "seed": seed, "dir": str(d),
+            **{k: m.get(k) for k in ("allocator", "estimator", "modulation", "prompt_weights", "steps",
+                                     "budget_per_step", "rollouts_total")},
+            "wall_seconds": wall,
+            "allocator_seconds": alloc_s,
+            "allocator_share": alloc_s / wall if wall > 0 else np.nan,
+        })
+    return pd.DataFrame(rows)
+
+
+def load_eval(source: str | Path | pd.DataFrame) -> pd.DataFrame:
+    """Held-out metrics, tidy: arm, seed, phase (before/after), set, metric, value.
+
+    Sets are the held-out sets by name plus the evaluator's "average" (mean over sets) and
+    "pooled" (all held-out prompts together, GDRO's pooled pass@k). n_prompts is kept as a
+    metric row too.
+    """
+    rows = []
+    for arm, seed, d in _run_dirs(source):
+        m = _read_json(d / "metrics.json")
+        for key, phase in PHASES.items():
+            for set_name, metrics in (m.get(key) or {}).items():
+                for metric, value in metrics.items():
+                    rows.append({"arm": arm, "seed": seed, "phase": phase, "set": set_name,
+                                 "metric": metric, "value": float(value)})
+    return pd.DataFrame(rows, columns=["arm", "seed", "phase", "set", "metric", "value"])
+
+
+def load_steps(source: str | Path | pd.DataFrame) -> pd.DataFrame:
+    """All steps.jsonl rows with arm and seed; missing optional fields are NaN."""
+    frames = []
+    for arm, seed, d in _run_dirs(source):
+        df = pd.DataFrame(_read_jsonl(d / "steps.jsonl"))
+        df.insert(0, "seed", seed)
+        df.insert(0, "arm", arm)
+        frames.append(df)
+    return pd.concat(frames, ignore_index=True)
+
+
+def load_prompts(source: str | Path | pd.DataFrame) -> pd.DataFrame:
+    """All per-(step, prompt) records with arm and seed, plus rate = successes / n.
+
+    Reads prompts.jsonl.gz (the export) or, for an unexported run folder, prompts.jsonl.
+    predicted_p and bin are NaN where the allocator logged none.
+    """
+    frames = []
+    for arm, seed, d in _run_dirs(source):
+        path = d / "prompts.jsonl.gz"
+        if not path.exists():
+            path = d / "prompts.jsonl"
+        df = pd.DataFrame(_read_jsonl(path))
+        df.insert(0, "seed", seed)
+        df.insert(0, "arm", arm)
+        frames.append(df)
+    out = pd.concat(frames, ignore_index=True)
+    for col in ("predicted_p", "bin", "weight", "loss"):
+        out[col] = pd.to_numeric(out[col], errors="coerce") if col in out else np.nan
+    out["rate"] = out["successes"] / out["n"].where(out["n"] > 0)
+    return out
+
+
+def load_config(run_dir: str | Path) -> dict:
+    """The resolved TrainConfig of one run as a dict (config.json)."""
+    return _read_json(Path(run_dir) / "config.json")

@@ -1,0 +1,192 @@
+"""Seed statistics: mean ± Student-t confidence interval, and arm-vs-baseline comparisons.
+
+None of the three papers reports seeds or confidence intervals (../shared/papers/README.md);
+every number this repository reports is a mean over seeds with a 95 % t interval, and every
+"beats the baseline" claim is a test over seeds:
+
+- ``mean_ci``: mean ± t_{n−1, 0.975} · sd/√n over seeds.
+- ``compare``: method − baseline. Paired t-test over the seeds both arms ran (the arms then share
+  data order, base model and evaluation samples, so pairing removes that shared noise); when the
+  two seed sets differ, Welch's unequal-variance t-test on all values instead.
+- ``describe``: one phrase, e.g. "+2.1 pts [−0.5, 4.7], not significant (p=0.11, n=3)".
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from collections.abc import Iterable, Mapping
+
+import numpy as np
+from scipy import stats
+
+MINUS = "\u2212"
+
+
+@dataclasses.dataclass(frozen=True)
+class MeanCI:
+    """Mean over n values with a two-sided t confidence interval (NaN bounds when n < 2)."""
+
+    mean: float
+    lo: float
+    hi: float
+    n: int
+    sd: float
+    level: float = 0.95
+
+    @property
+    def half_width(self) -> float:
+        return (self.hi - self.lo) / 2.0
+
+
+@dataclasses.dataclass(frozen=True)
+class Comparison:
+    """method − baseline over seeds: difference of means, its t CI and two-sided p-value."""
+
+    diff: float
+    lo: float
+    hi: float
+    p: float
+    n: int
+    """Paired: number of matched seeds. Welch: the smaller of the two sample sizes."""
+    test: str
+    """"paired" or "welch"."""
+    method_mean: float
+    baseline_mean: float
+    level: float = 0.95
+
+    @property
+    def significant(self) -> bool:
+        """p below 1 − level (0.05 at the default level)."""
+        return bool(np.isfinite(self.p) and self.p < 1.0 - self.level)
+
+    @property
+    def relative(self) -> float:
+        """diff / baseline mean (NaN when the baseline mean is 0)."""
+        return self.diff / self.baseline_mean if self.baseline_mean != 0 else math.nan
+
+
+def _finite(values: Iterable[float]) -> np.ndarray:
+    arr = np.asarray(list(values) if not isinstance(values, np.ndarray) else values, dtype=np.float64).ravel()
+    return arr[np.isfinite(arr)]
+
+
+def mean_ci(values: Iterable[float], level: float = 0.95) -> MeanCI:
+    """Mean and two-sided Student-t interval over seeds: mean ± t_{n−1,(1+level)/2}·sd/√n.
+
+    Non-finite values are dropped. n = 1 gives the value with NaN bounds (no spread estimate);
+    n = 0 gives NaN everywhere.
+    """
+    x = _finite(values)
+    n = x.size
+    if n == 0:
+        return MeanCI(math.nan, math.nan, math.nan, 0, math.nan, level)
+    m = float(x.mean())
+    if n == 1:
+        return MeanCI(m, math.nan, math.nan, 1, math.nan, level)
+    sd = float(x.std(ddof=1))
+    half = float(stats.t.ppf(0.5 + level / 2.0, n - 1)) * sd / math.sqrt(n)
+    return MeanCI(m, m - half, m + half, n, sd, level)
+
+
+def _as_seed_map(values: Mapping | Iterable[float]) -> dict | None:
+    if isinstance(values, Mapping):
+        return {k: float(v) for k, v in values.items() if np.isfinite(v)}
+    if hasattr(values, "index") and hasattr(values, "to_dict"):  # pandas Series indexed by seed
+        return {k: float(v) for k, v in values.to_dict().items() if np.isfinite(v)}
+    return None
+
+
+def compare(method, baseline, level: float = 0.95) -> Comparison:
+    """method − baseline over seeds (VIP/DynaMO/GDRO report single runs; we test over seeds).
+
+    ``method`` and ``baseline`` are seed → value mappings (dict or pandas Series indexed by
+    seed) or plain sequences. Paired t-test when both give the same seed set (≥ 2 seeds; plain
+    sequences of equal length are paired by position); otherwise Welch's t-test with the
+    Welch–Satterthwaite degrees of freedom. When every paired difference is identical the t
+    statistic is infinite: p = 0 if that difference is non-zero, else 1, and the CI is a point.
+    """
+    ma, mb = _as_seed_map(method), _as_seed_map(baseline)
+    if ma is not None and mb is not None:
+        paired = set(ma) == set(mb) and len(ma) >= 2
+        if paired:
+            keys = sorted(ma)
+            a = np.array([ma[k] for k in keys])
+            b = np.array([mb[k] for k in keys])
+        else:
+            a, b = np.array(list(ma.values())), np.array(list(mb.values()))
+    else:
+        a, b = _finite(method if ma is None else ma.values()), _finite(baseline if mb is None else mb.values())
+        paired = a.size == b.size and a.size >= 2 and ma is None and mb is None
+    if paired:
+        return _paired(a, b, level)
+    return _welch(a, b, level)
+
+
+def _constant(x: np.ndarray) -> bool:
+    return bool(np.allclose(x, x[0], rtol=1e-12, atol=1e-14))
+
+
+def _paired(a: np.ndarray, b: np.ndarray, level: float) -> Comparison:
+    d = a - b
+    n = d.size
+    if _constant(d):  # float noise would otherwise give a huge t and scipy's precision warning
+        m = float(d.mean())
+        p = 0.0 if abs(m) > 1e-12 else 1.0
+        return Comparison(m, m, m, p, n, "paired", float(a.mean()), float(b.mean()), level)
+    ci = mean_ci(d, level)
+    p = float(stats.ttest_rel(a, b).pvalue)
+    return Comparison(ci.mean, ci.lo, ci.hi, p, n, "paired", float(a.mean()), float(b.mean()), level)
+
+
+def _welch(a: np.ndarray, b: np.ndarray, level: float) -> Comparison:
+    na, nb = a.size, b.size
+    ma = float(a.mean()) if na else math.nan
+    mb = float(b.mean()) if nb else math.nan
+    diff = ma - mb
+    if na < 2 or nb < 2:
+        return Comparison(diff, math.nan, math.nan, math.nan, min(na, nb), "welch", ma, mb, level)
+    va, vb = a.var(ddof=1) / na, b.var(ddof=1) / nb
+    se2 = va + vb
+    if _constant(a) and _constant(b):
+        return Comparison(diff, diff, diff, 0.0 if diff != 0 else 1.0, min(na, nb), "welch", ma, mb, level)
+    dof = se2**2 / (va**2 / (na - 1) + vb**2 / (nb - 1))
+    half = float(stats.t.ppf(0.5 + level / 2.0, dof)) * math.sqrt(se2)
+    p = float(stats.ttest_ind(a, b, equal_var=False).pvalue)
+    return Comparison(diff, diff - half, diff + half, p, min(na, nb), "welch", ma, mb, level)
+
+
+def _signed(x: float, digits: int) -> str:
+    s = f"{x:+.{digits}f}"
+    return s.replace("-", MINUS)
+
+
+def _plain(x: float, digits: int) -> str:
+    return f"{x:.{digits}f}".replace("-", MINUS)
+
+
+def describe(cmp: Comparison, scale: float = 100.0, unit: str = "pts", digits: int = 1) -> str:
+    """Phrase a comparison: "+2.1 pts [−0.5, 4.7], not significant (p=0.11, n=3)".
+
+    ``scale`` multiplies the difference and CI (100: fractions → percentage points).
+    """
+    d = cmp.diff * scale
+    head = f"{_signed(d, digits)} {unit}".rstrip()
+    if np.isfinite(cmp.lo):
+        head += f" [{_plain(cmp.lo * scale, digits)}, {_plain(cmp.hi * scale, digits)}]"
+    if not np.isfinite(cmp.p):
+        return f"{head}, no test (n={cmp.n})"
+    verdict = "significant" if cmp.significant else "not significant"
+    p = "p<0.001" if cmp.p < 0.001 else f"p={cmp.p:.2g}"
+    test = "" if cmp.test == "paired" else ", Welch"
+    return f"{head}, {verdict} ({p}, n={cmp.n}{test})"
+
+
+def format_mean_ci(ci: MeanCI, scale: float = 100.0, digits: int = 1) -> str:
+    """"12.3 ± 1.4" (scaled); just "12.3" when the interval is undefined (one seed)."""
+    if not np.isfinite(ci.mean):
+        return "–"
+    m = _plain(ci.mean * scale, digits)
+    if not np.isfinite(ci.lo):
+        return m
+    return f"{m} ± {ci.half_width * scale:.{digits}f}"

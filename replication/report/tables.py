@@ -1,0 +1,125 @@
+"""Per-arm held-out tables and arm-vs-baseline comparisons, written as CSV and Markdown.
+
+The papers' main tables (VIP Table 1, DynaMO's README tables, GDRO Table 1) list one number per
+method and benchmark; ours list mean ± 95 % CI over seeds per held-out set, the mean over sets
+("average") and the pooled set ("pooled", GDRO's pooled pass@k), and a paired test against a
+named baseline arm (stats.compare).
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Sequence
+from pathlib import Path
+
+import pandas as pd
+
+from replication.report.stats import MeanCI, compare, describe, format_mean_ci, mean_ci
+
+SUMMARY_SETS = ("average", "pooled")
+_AT_K = re.compile(r"^(mean|pass)@(\d+)$")
+
+
+def default_metrics(eval_df: pd.DataFrame) -> list[str]:
+    """mean@k and pass@k for the evaluator's k (pass@1 equals mean@k for the unbiased estimator,
+    so it is left out unless asked for)."""
+    found = [m for m in pd.unique(eval_df["metric"]) if _AT_K.match(str(m))]
+    ks = sorted({int(_AT_K.match(m).group(2)) for m in found})
+    k = max(ks) if ks else 1
+    return [m for m in (f"mean@{k}", f"pass@{k}") if m in found]
+
+
+def ordered_sets(eval_df: pd.DataFrame) -> list[str]:
+    """Held-out sets in name order, then "average" and "pooled"."""
+    names = [str(s) for s in pd.unique(eval_df["set"])]
+    return sorted(n for n in names if n not in SUMMARY_SETS) + [s for s in SUMMARY_SETS if s in names]
+
+
+def _select(eval_df: pd.DataFrame, phase: str, metrics: Sequence[str] | None, sets: Sequence[str] | None):
+    df = eval_df[eval_df["phase"] == phase]
+    metrics = list(metrics) if metrics is not None else default_metrics(df)
+    sets = list(sets) if sets is not None else ordered_sets(df)
+    return df[df["metric"].isin(metrics) & df["set"].isin(sets)], metrics, sets
+
+
+def arm_summary(eval_df: pd.DataFrame, phase: str = "after", metrics: Sequence[str] | None = None,
+                sets: Sequence[str] | None = None) -> pd.DataFrame:
+    """Long numeric table: arm, set, metric, mean, lo, hi, n (95 % t CI over seeds)."""
+    df, metrics, sets = _select(eval_df, phase, metrics, sets)
+    rows = []
+    for arm in pd.unique(df["arm"]):
+        for s in sets:
+            for m in metrics:
+                ci = mean_ci(df[(df["arm"] == arm) & (df["set"] == s) & (df["metric"] == m)]["value"])
+                if ci.n:
+                    rows.append({"arm": arm, "set": s, "metric": m, "mean": ci.mean, "lo": ci.lo,
+                                 "hi": ci.hi, "n": ci.n})
+    return pd.DataFrame(rows, columns=["arm", "set", "metric", "mean", "lo", "hi", "n"])
+
+
+def arm_table(eval_df: pd.DataFrame, phase: str = "after", metrics: Sequence[str] | None = None,
+              sets: Sequence[str] | None = None, scale: float = 100.0, digits: int = 1) -> pd.DataFrame:
+    """Display table: one row per arm, one column per "set metric", cells "mean ± CI" (in %
+    at the default scale), plus the number of seeds."""
+    summary = arm_summary(eval_df, phase, metrics, sets)
+    if summary.empty:
+        return pd.DataFrame()
+    summary["cell"] = [
+        format_mean_ci(MeanCI(r.mean, r.lo, r.hi, int(r.n), float("nan")), scale, digits)
+        for r in summary.itertuples()
+    ]
+    summary["column"] = summary["set"] + " " + summary["metric"]
+    cols = list(dict.fromkeys(summary["column"]))
+    wide = summary.pivot(index="arm", columns="column", values="cell")[cols]
+    wide = wide.reindex(pd.unique(summary["arm"]))
+    wide.insert(0, "seeds", summary.groupby("arm", sort=False)["n"].max())
+    return wide.reset_index()
+
+
+def compare_to_baseline(eval_df: pd.DataFrame, baseline: str, phase: str = "after",
+                        metrics: Sequence[str] | None = None, sets: Sequence[str] | None = None,
+                        scale: float = 100.0) -> pd.DataFrame:
+    """Every other arm against ``baseline`` per set and metric: paired over matched seeds
+    (Welch otherwise). Columns: arm, baseline, set, metric, baseline_mean, method_mean, diff, lo,
+    hi, relative, p, n, test, significant, text (stats.describe at ``scale``)."""
+    df, metrics, sets = _select(eval_df, phase, metrics, sets)
+    if baseline not in set(df["arm"]):
+        raise ValueError(f"baseline arm {baseline!r} not found; arms: {list(pd.unique(df['arm']))}")
+    rows = []
+    for arm in pd.unique(df["arm"]):
+        if arm == baseline:
+            continue
+        for s in sets:
+            for m in metrics:
+                sel = (df["set"] == s) & (df["metric"] == m)
+                a = df[sel & (df["arm"] == arm)].set_index("seed")["value"]
+                b = df[sel & (df["arm"] == baseline)].set_index("seed")["value"]
+                if a.empty or b.empty:
+                    continue
+                c = compare(a, b)
+                rows.append({
+                    "arm": arm, "baseline": baseline, "set": s, "metric": m,
+                    "baseline_mean": c.baseline_mean, "method_mean": c.method_mean, "diff": c.diff,
+                    "lo": c.lo, "hi": c.hi, "relative": c.relative, "p": c.p, "n": c.n,
+                    "test": c.test, "significant": c.significant,
+                    "text": describe(c, scale=scale, unit="pts" if scale == 100.0 else ""),
+                })
+    return pd.DataFrame(rows)
+
+
+def to_markdown(df: pd.DataFrame, floatfmt: str = ".3g") -> str:
+    """GitHub Markdown via tabulate (pandas.to_markdown)."""
+    return df.to_markdown(index=False, floatfmt=floatfmt)
+
+
+def write_tables(tables: dict[str, pd.DataFrame], folder: str | Path) -> list[Path]:
+    """Write each frame as <name>.csv and <name>.md in ``folder`` (created); returns the paths."""
+    out = Path(folder)
+    out.mkdir(parents=True, exist_ok=True)
+    paths = []
+    for name, df in tables.items():
+        csv, md = out / f"{name}.csv", out / f"{name}.md"
+        df.to_csv(csv, index=False)
+        md.write_text(to_markdown(df) + "\n")
+        paths += [csv, md]
+    return paths

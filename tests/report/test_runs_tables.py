@@ -1,0 +1,63 @@
+"""Loading exported runs into tidy frames, and the per-arm / vs-baseline tables."""
+
+from __future__ import annotations
+
+import pandas as pd
+import pytest
+
+from replication.report.runs import list_runs, load_eval, load_prompts, load_steps
+from replication.report.tables import arm_summary, arm_table, compare_to_baseline, default_metrics, write_tables
+
+from .conftest import ARMS, SEEDS, SETS, STEPS, Q
+
+
+def test_load_eval_is_tidy(results_dir):
+    ev = load_eval(results_dir)
+    assert list(ev.columns) == ["arm", "seed", "phase", "set", "metric", "value"]
+    assert set(ev["arm"]) == set(ARMS) and set(ev["seed"]) == set(SEEDS)
+    assert set(ev["phase"]) == {"before", "after"}
+    assert set(ev["set"]) == set(SETS) | {"average", "pooled"}
+    assert default_metrics(ev) == ["mean@4", "pass@4"]
+    one = ev[(ev.arm == "vip") & (ev.seed == 1) & (ev.phase == "after") & (ev.set == "average") & (ev.metric == "mean@4")]
+    assert len(one) == 1
+
+
+def test_list_runs_steps_prompts(results_dir):
+    runs = list_runs(results_dir)
+    assert len(runs) == len(ARMS) * len(SEEDS)
+    assert runs["allocator_share"].iloc[0] == pytest.approx(STEPS * 0.01 / 10.0)
+    steps = load_steps(results_dir)
+    assert len(steps) == len(runs) * STEPS and {"arm", "seed", "grad_norm"} <= set(steps.columns)
+    prompts = load_prompts(results_dir)
+    assert len(prompts) == len(runs) * STEPS * Q
+    assert prompts["predicted_p"].notna().sum() == len(SEEDS) * STEPS * Q  # only the vip arm logs p
+    assert (prompts["rate"] == prompts["successes"] / prompts["n"]).all()
+
+
+def test_loading_from_run_grid_frame_keeps_display_names(results_dir):
+    grid = pd.DataFrame({"arm": ["RLOO+VIP", "RLOO+VIP"], "seed": [0, 1],
+                         "dir": [str(results_dir / "vip" / "s0"), str(results_dir / "vip" / "s1")]})
+    assert set(load_eval(grid)["arm"]) == {"RLOO+VIP"}
+
+
+def test_missing_folder_is_a_clear_error(tmp_path):
+    with pytest.raises(FileNotFoundError, match="no runs"):
+        load_eval(tmp_path)
+
+
+def test_arm_table_and_comparison(results_dir, tmp_path):
+    ev = load_eval(results_dir)
+    summary = arm_summary(ev)
+    assert set(summary["n"]) == {3}
+    table = arm_table(ev)
+    assert list(table["arm"]) == ["gdro", "uniform", "vip"]
+    assert "average mean@4" in table.columns and "±" in table.loc[0, "average mean@4"]
+    cmp = compare_to_baseline(ev, "uniform")
+    vip = cmp[(cmp.arm == "vip") & (cmp.set == "average") & (cmp.metric == "mean@4")].iloc[0]
+    assert vip["test"] == "paired" and vip["significant"] and vip["diff"] == pytest.approx(0.10, abs=0.03)
+    assert vip["text"].startswith("+") and "significant" in vip["text"]
+    paths = write_tables({"arms": table, "vs_uniform": cmp}, tmp_path / "tables")
+    assert {p.name for p in paths} == {"arms.csv", "arms.md", "vs_uniform.csv", "vs_uniform.md"}
+    assert (tmp_path / "tables" / "arms.md").read_text().startswith("|")
+    with pytest.raises(ValueError, match="baseline arm"):
+        compare_to_baseline(ev, "nope")
