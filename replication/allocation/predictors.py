@@ -38,7 +38,9 @@ def register_predictor(name: str) -> Callable[[type["SuccessPredictor"]], type["
     return deco
 
 
-def make_predictor(name: str, *, embeddings: np.ndarray | None = None, n_pool: int | None = None, **opts: Any) -> "SuccessPredictor":
+def make_predictor(
+    name: str, *, embeddings: np.ndarray | None = None, n_pool: int | None = None, **opts: Any
+) -> "SuccessPredictor":
     """Build a registered predictor over a pool given by its embeddings (or just its size, for
     predictors that do not use embeddings). Unknown names and options raise ValueError."""
     if name not in PREDICTORS:

@@ -156,7 +156,9 @@ class VIP(Allocator):
 
     def _setup_pool(self) -> None:
         if self.pool is None:
-            raise ValueError(f"{self.name} needs pool=PromptPool(ids, texts[, embeddings]): the GP predicts over the pool")
+            raise ValueError(
+                f"{self.name} needs pool=PromptPool(ids, texts[, embeddings]): the GP predicts over the pool"
+            )
         self._row = self.pool.index_of()
 
     def _embeddings(self) -> np.ndarray:
@@ -239,7 +241,9 @@ class VIP(Allocator):
 
     def _load_state(self, state: Mapping[str, Any]) -> None:
         if int(state["n_pool"]) != len(self.pool.ids):
-            raise ValueError(f"{self.name}: state is for a pool of {state['n_pool']} prompts, this one has {len(self.pool.ids)}")
+            raise ValueError(
+                f"{self.name}: state is for a pool of {state['n_pool']} prompts, this one has {len(self.pool.ids)}"
+            )
         self._plans = int(state["plans"])
         self.predictor.load_state_dict(state["predictor"])
 

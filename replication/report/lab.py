@@ -73,7 +73,9 @@ class DriftModel:
 
     def describe(self) -> str:
         n = self.notes
-        src = f" (fit on {n['n_first']} first visits, {n['n_pairs']} revisit pairs, {n['steps']} steps)" if n else " (defaults, not fitted)"
+        src = " (defaults, not fitted)"
+        if n:
+            src = f" (fit on {n['n_first']} first visits, {n['n_pairs']} revisit pairs, {n['steps']} steps)"
         return (f"p(0) ~ Beta({self.alpha:.3g}, {self.beta:.3g}), mean {self.alpha / (self.alpha + self.beta):.3f}; "
                 f"logit drift {self.mu:+.4f} ± {self.sigma:.4f} per step{src}")
 
@@ -225,7 +227,8 @@ def _population(model: DriftModel, cfg: LabConfig, n_seeds: int, rng: np.random.
     return p, emb, batches, draws
 
 
-def _simulate(make: Callable, p, emb, batches, draws, cfg: LabConfig, n_seeds: int) -> np.ndarray:
+def _simulate(make: Callable, p, emb, batches, draws, cfg: LabConfig,
+              n_seeds: int) -> tuple[np.ndarray, np.ndarray]:
     """Counts [S, T, Q] and successes [S, T, Q] of one method."""
     _, t_, q = batches[:n_seeds].shape
     counts = np.empty((n_seeds, t_, q), dtype=np.int64)
@@ -272,8 +275,10 @@ def run_lab(model: DriftModel | None = None, cfg: LabConfig | None = None, seed:
     """
     model = model or DriftModel()
     cfg = cfg or LabConfig()
-    if cfg.lower * cfg.prompts_per_step > cfg.prompts_per_step * cfg.mean_rollouts or cfg.mean_rollouts > cfg.upper:
-        raise ValueError("lab budget Q·n̄ must lie within [Q·L, Q·U]")
+    if not cfg.lower <= cfg.mean_rollouts <= cfg.upper:
+        raise ValueError(f"lab mean_rollouts {cfg.mean_rollouts} must lie in [lower, upper] = [{cfg.lower}, {cfg.upper}]")
+    if not 1 <= cfg.prompts_per_step <= cfg.n_prompts:
+        raise ValueError(f"lab prompts_per_step {cfg.prompts_per_step} must lie in [1, n_prompts={cfg.n_prompts}]")
     if cfg.lower < 2:
         raise ValueError("lab lower must be >= 2 (the RLOO objective is undefined at n = 1)")
     unknown = set(cfg.methods) - set(_factories(cfg))
@@ -324,6 +329,7 @@ def plot_lab(lab: pd.DataFrame, path, metrics: Sequence[str] = ("variance_rloo_v
         err = np.nan_to_num(np.vstack([part["mean"] - part["lo"], part["hi"] - part["mean"]]))
         ax.errorbar(part["mean"], y, xerr=err, fmt="o", capsize=3)
         ax.axvline(1.0, color="grey", lw=0.8, ls="--")
+        ax.set_xscale("log")  # ratios: ×0.5 and ×2 equally far from 1
         ax.set_yticks(y, part["method"])
         ax.invert_yaxis()
         ax.set_title(metric.replace("_", " "), fontsize=9)

@@ -146,10 +146,12 @@ def allocation_curve(prompts_df: pd.DataFrame, path: str | Path, x: str = "predi
 
 
 def _heatmaps(mats: dict[str, pd.DataFrame], path: str | Path, title: str, cbar: str) -> Figure:
+    """One heatmap per arm on a shared colour scale (so panels compare), bin 0 at the bottom."""
     fig = Figure(figsize=(7.0, 2.8 * max(len(mats), 1)))
     axes = fig.subplots(max(len(mats), 1), 1, squeeze=False)[:, 0]
+    vmax = max([float(np.nanmax(m.to_numpy())) for m in mats.values() if m.size] + [1e-9])
     for ax, (arm, mat) in zip(axes, mats.items()):
-        sns.heatmap(mat, ax=ax, cmap="viridis", vmin=0.0, cbar_kws={"label": cbar})
+        sns.heatmap(mat, ax=ax, cmap="viridis", vmin=0.0, vmax=vmax, cbar_kws={"label": cbar})
         ax.invert_yaxis()  # bin 0 (lowest pass rate) at the bottom
         ax.set_title(f"{title} — {arm}")
         ax.set_ylabel("bin")
@@ -163,10 +165,11 @@ def bin_share_heatmap(prompts_df: pd.DataFrame, path: str | Path, step_window: i
     seeds, one panel per arm (GDRO's "rollouts go to bins ≥ 5" figure)."""
     share = rollout_share(prompts_df, step_window=step_window, **classifier_options)
     arms = list(arms) if arms is not None else list(pd.unique(share["arm"]))
+    n_bins = max(int(classifier_options.get("n_bins", 10)), int(share["bin"].max()) + 1)
     mats = {}
     for arm in arms:
         s = share[share["arm"] == arm].groupby(["bin", "window_start"])["rollout_share"].mean()
-        mats[arm] = s.unstack("window_start").fillna(0.0)
+        mats[arm] = s.unstack("window_start").reindex(range(n_bins)).fillna(0.0)
     return _heatmaps(mats, path, "rollout share per bin", "share of rollouts")
 
 
@@ -174,7 +177,9 @@ def weight_mass_heatmap(steps_df: pd.DataFrame, path: str | Path, arms: Sequence
     """Prompt-GDRO weight mass per bin (rows) per step (columns), mean over seeds, from the
     steps' ``weight_mass_per_bin`` lists; arms that did not log it are skipped."""
     col = "weight_mass_per_bin"
-    df = steps_df[steps_df[col].apply(lambda v: isinstance(v, (list, tuple, np.ndarray)))] if col in steps_df else steps_df.iloc[0:0]
+    df = steps_df.iloc[0:0]
+    if col in steps_df:
+        df = steps_df[steps_df[col].apply(lambda v: isinstance(v, (list, tuple, np.ndarray)))]
     arms = list(arms) if arms is not None else list(pd.unique(df["arm"]))
     mats = {}
     for arm in arms:

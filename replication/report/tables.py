@@ -123,3 +123,24 @@ def write_tables(tables: dict[str, pd.DataFrame], folder: str | Path) -> list[Pa
         md.write_text(to_markdown(df) + "\n")
         paths += [csv, md]
     return paths
+
+
+def write_summary_json(cmp: pd.DataFrame, path: str | Path, *, profile: str, seeds: Sequence[int],
+                       sets: Sequence[str] = SUMMARY_SETS) -> dict:
+    """results/<paper>/summary.json as ``replication report`` (summary.py) reads it: profile,
+    seeds and one comparison per (arm, set, metric) of ``compare_to_baseline`` on ``sets``, the
+    metric labelled "<set> <metric>"."""
+    import json
+
+    part = cmp[cmp["set"].isin(list(sets))] if not cmp.empty else cmp
+    comps = [{
+        "arm": r.arm, "baseline": r.baseline, "metric": f"{r.set} {r.metric}",
+        "method_mean": float(r.method_mean), "baseline_mean": float(r.baseline_mean), "diff": float(r.diff),
+        "ci_low": float(r.lo), "ci_high": float(r.hi), "p_value": float(r.p), "n": int(r.n),
+        "test": r.test, "significant": bool(r.significant),
+    } for r in part.itertuples()]
+    out = {"profile": profile, "seeds": [int(s) for s in seeds], "comparisons": comps}
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(out, indent=1, allow_nan=True) + "\n")
+    return out

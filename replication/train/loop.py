@@ -98,7 +98,7 @@ def train(
 
 
 def train_step(cfg: TrainConfig, c: Components, step: int) -> tuple[dict, list[dict]]:
-    t_step = time.perf_counter()
+    t_step = time.perf_counter()  # allocator_seconds = plan + observe (VIP's overhead figure)
     # 1. prompts and the allocation of the step's fixed budget C = Q·n̄
     idx = c.sampler.next_batch(cfg.rollout.prompts_per_step)
     ids = [c.train.ids[i] for i in idx]
@@ -146,7 +146,9 @@ def train_step(cfg: TrainConfig, c: Components, step: int) -> tuple[dict, list[d
     q = len(ids)
     prompt_loss = np.bincount(batch.group_index, weights=upd.row_loss, minlength=q) / counts
     succ = np.bincount(batch.group_index, weights=correct.astype(float), minlength=q)
+    t_obs = time.perf_counter()
     c.allocator.observe(ids, counts, rewards, prompt_losses=prompt_loss)
+    alloc_seconds += time.perf_counter() - t_obs  # VIP's GP update lives in observe
     if c.prompt_weights is not None:
         c.prompt_weights.observe(ids, bins, prompt_loss)
     c.observe_bins(ids, counts, correct)

@@ -85,7 +85,7 @@ def test_float32_fast_path_close_to_float64():
     rng = np.random.default_rng(2)
     x = unit_rows(rng, 3000, 32).astype(np.float32)
     steps = random_steps(rng, 3000, 3, 128)
-    gps = [RecursiveGP(x, GPConfig(dtype=dt, chunk_rows=700)) for dt in ("float32", "float64")]
+    gps = [RecursiveGP(x, GPConfig(dtype=dt, block_mb=0.3)) for dt in ("float32", "float64")]
     for gp in gps:
         for idx, k, n in steps:
             gp.observe(idx, k, n)
@@ -97,7 +97,7 @@ def test_fast_kernel_matvec_matches_gpytorch_kernel(scale):
     # The augmented-GEMM kernel must equal gpytorch's RBFKernel, unit norm or not.
     rng = np.random.default_rng(3)
     x = unit_rows(rng, 50, 6) * scale * rng.uniform(0.5, 1.5, size=(50, 1))
-    gp = RecursiveGP(x, GPConfig(dtype="float64", bandwidth=0.9, chunk_rows=16))
+    gp = RecursiveGP(x, GPConfig(dtype="float64", bandwidth=0.9, block_mb=1e-4))
     cols = np.array([3, 17, 40])
     v = np.array([0.5, -2.0, 1.0])
     want = gp.kernel(np.arange(50), cols).numpy() @ v
@@ -160,7 +160,8 @@ def test_state_round_trip(covariance):
         b.observe(*s)
     np.testing.assert_array_equal(a.mean, b.mean)
     with pytest.raises(ValueError, match="covariance"):
-        RecursiveGP(x, GPConfig(covariance="carry" if covariance == "reset" else "reset")).load_state_dict(a.state_dict())
+        other = "carry" if covariance == "reset" else "reset"
+        RecursiveGP(x, GPConfig(covariance=other)).load_state_dict(a.state_dict())
     with pytest.raises(ValueError, match="pool has|prompts"):
         RecursiveGP(x[:10], GPConfig(covariance=covariance)).load_state_dict(a.state_dict())
 

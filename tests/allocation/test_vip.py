@@ -214,7 +214,8 @@ def test_grpo_estimator_and_tilt_through_the_oracle():
     costs = get_variance_estimator("grpo").term((p * (1 - p))[:, None], np.arange(2, 9)[None, :])
     assert cost_of(costs, n, 2) == pytest.approx(brute_force(costs, 20, 2)[0], abs=1e-15)
     plain = make_allocator("oracle", success_probability=truth, estimator="rloo").plan([0, 1, 2, 3], 40)
-    tilted = make_allocator("oracle", success_probability=truth, estimator="rloo", tilt_gamma=7e-3).plan([0, 1, 2, 3], 40)
+    tilted = make_allocator("oracle", success_probability=truth, estimator="rloo", tilt_gamma=7e-3)
+    tilted = tilted.plan([0, 1, 2, 3], 40)
     assert tilted[0] > plain[0] and tilted.sum() == 40
 
 

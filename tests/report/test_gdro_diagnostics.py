@@ -13,8 +13,8 @@ from replication.report.gdro_diagnostics import high_bin_share, replay_bins, rol
 
 
 def _hand_records() -> pd.DataFrame:
-    # One step, four prompts: bin 0 has rates 0 and 1/2 at n = 2; bin 1 has 1/4 and 3/4 at n = 8
-    # (wait: n = 4 gives 1/4, 3/4) — counts chosen so n̄ = (2 + 2 + 4 + 4) / 4 = 3.
+    # One step, four prompts: bin 0 has rates 0 and 1/2 at n = 2, bin 1 has 1/4 and 3/4 at n = 4;
+    # q = 1/2 per bin and n̄ = (2 + 2 + 4 + 4) / 4 = 3.
     return pd.DataFrame({
         "step": [0, 0, 0, 0],
         "prompt_id": ["a", "b", "c", "d"],

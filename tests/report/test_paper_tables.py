@@ -62,7 +62,8 @@ def _eval_frame(baseline_vals, method_vals, set_name="average", metric="pass@8")
     for arm, vals in (("base", baseline_vals), ("ours", method_vals)):
         for seed, v in enumerate(vals):
             rows.append({"arm": arm, "seed": seed, "phase": "after", "set": set_name, "metric": metric, "value": v})
-            rows.append({"arm": arm, "seed": seed, "phase": "after", "set": set_name, "metric": "mean@8", "value": v / 2})
+            rows.append({"arm": arm, "seed": seed, "phase": "after", "set": set_name, "metric": "mean@8",
+                         "value": v / 2})
     return pd.DataFrame(rows)
 
 

@@ -6,7 +6,15 @@ import pandas as pd
 import pytest
 
 from replication.report.runs import list_runs, load_eval, load_prompts, load_steps
-from replication.report.tables import arm_summary, arm_table, compare_to_baseline, default_metrics, write_tables
+from replication.report.summary import summary_rows
+from replication.report.tables import (
+    arm_summary,
+    arm_table,
+    compare_to_baseline,
+    default_metrics,
+    write_summary_json,
+    write_tables,
+)
 
 from .conftest import ARMS, SEEDS, SETS, STEPS, Q
 
@@ -18,7 +26,8 @@ def test_load_eval_is_tidy(results_dir):
     assert set(ev["phase"]) == {"before", "after"}
     assert set(ev["set"]) == set(SETS) | {"average", "pooled"}
     assert default_metrics(ev) == ["mean@4", "pass@4"]
-    one = ev[(ev.arm == "vip") & (ev.seed == 1) & (ev.phase == "after") & (ev.set == "average") & (ev.metric == "mean@4")]
+    one = ev[(ev.arm == "vip") & (ev.seed == 1) & (ev.phase == "after") & (ev.set == "average")
+             & (ev.metric == "mean@4")]
     assert len(one) == 1
 
 
@@ -61,3 +70,12 @@ def test_arm_table_and_comparison(results_dir, tmp_path):
     assert (tmp_path / "tables" / "arms.md").read_text().startswith("|")
     with pytest.raises(ValueError, match="baseline arm"):
         compare_to_baseline(ev, "nope")
+
+
+def test_summary_json_feeds_the_cross_paper_summary(results_dir, tmp_path):
+    cmp = compare_to_baseline(load_eval(results_dir), "uniform")
+    write_summary_json(cmp, tmp_path / "vip" / "summary.json", profile="default", seeds=SEEDS)
+    rows = summary_rows(tmp_path)
+    assert len(rows) == 2 * 2 * 2  # arms × {average, pooled} × {mean@4, pass@4}
+    vip = next(r for r in rows if r["arm"] == "vip" and r["metric"] == "average mean@4")
+    assert vip["significant"] and vip["seeds"] == 3 and vip["ci_low"] < vip["diff"] < vip["ci_high"]
