@@ -7,10 +7,18 @@ RL with verifiable rewards only learns from prompts the policy sometimes solves 
 fails (p in (0, 1)); a randomly initialised model solves nothing. The warm start is stopped
 early on purpose: the goal is not accuracy but a spread of per-prompt success probabilities
 over the train pool, with both tails present (allocators must find the all-fail and all-pass
-prompts) and a large middle (where rollouts buy gradient). ``SFTConfig``'s defaults were tuned
-for that (report: docs or the JSON this writes). The warm start never sees the held-out
-expressions, nor the RL train pool's where the level's problem space has room (``TaskSuite.
-reserved_texts``), so train-pool p measures generalisation just as held-out accuracy does.
+prompts) and a large middle (where rollouts buy gradient). ``SFTConfig``'s defaults, with the
+default task mix (``tasks.DEFAULT_TRAIN_SIZES``), were tuned for that; measured on 2 shared CPU
+cores (2,000 steps, ~3 min), p over 512 train-pool prompts x 16 samples, three seeds:
+
+    seed   p<0.05   0.05-0.1   0.1<p<0.9   0.9-0.95   p>0.95   held-out add2 mean@8
+    0      22.7 %    8.8 %      55.7 %      5.1 %      7.8 %    0.64
+    1      26.6 %   12.3 %      48.6 %      5.9 %      6.6 %    0.57
+    2      29.3 %   10.6 %      49.0 %      5.3 %      5.9 %    0.55
+
+The warm start never sees the held-out expressions, nor the RL train pool's where the level's
+problem space has room (``TaskSuite.reserved_texts``), so train-pool p measures generalisation
+just as held-out accuracy does.
 
 Outputs in ``out_dir``: an HF folder (config, weights, tokenizer) that ``load_policy`` and
 ``AutoModelForCausalLM.from_pretrained`` load, and ``sft_report.json`` with the train-pool p
