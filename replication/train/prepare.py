@@ -20,7 +20,7 @@ def prepare_model(cfg: TrainConfig, out: str | Path, steps: int | None = None) -
         from replication.sft import run_sft_from_profile
 
         report = run_sft_from_profile(cfg, out, steps=steps)
-        hist = report.get("p_histogram") or report.get("train_p_histogram")
+        hist = report["train_pool"]["hist"]
         return f"base model written to {out}; train-pool p histogram: {hist}"
     if src == "smollm2":
         from replication.models.smollm2 import convert_smollm2
