@@ -26,7 +26,13 @@ def _overrides(args: argparse.Namespace) -> dict:
         k, v = kv.split("=", 1)
         import yaml
 
-        o[k] = yaml.safe_load(v)
+        val = yaml.safe_load(v)
+        if isinstance(val, str):  # YAML 1.1 reads "6e-5" as a string; users mean the number
+            try:
+                val = float(val)
+            except ValueError:
+                pass
+        o[k] = val
     if getattr(args, "allocator", None):
         o["allocator.name"] = args.allocator
     if getattr(args, "estimator", None):
