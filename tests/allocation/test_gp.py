@@ -46,13 +46,14 @@ def reference_recursion(K, steps, r, prior, eps, carry, set_target):
     return m, sigma
 
 
+@pytest.mark.parametrize("block_mb", [64.0, 1e-3])  # whole pool in one block / many row blocks
 @pytest.mark.parametrize("set_target", [False, True])
 @pytest.mark.parametrize("covariance", ["reset", "carry"])
-def test_mean_matches_closed_form_over_sequential_updates(covariance, set_target):
+def test_mean_matches_closed_form_over_sequential_updates(covariance, set_target, block_mb):
     rng = np.random.default_rng(0)
     x = unit_rows(rng, 120, 8)
     cfg = GPConfig(dtype="float64", noise=0.3, prior_mean=-1.5, clip_eps=0.02, covariance=covariance,
-                   set_observed_to_target=set_target)
+                   set_observed_to_target=set_target, block_mb=block_mb)
     gp = RecursiveGP(x, cfg)
     steps = random_steps(rng, 120, 5, 25)
     for idx, k, n in steps:
@@ -81,11 +82,12 @@ def test_carry_equals_batch_posterior_on_all_observations():
     np.testing.assert_allclose(gp.mean, post, atol=1e-9)
 
 
-def test_float32_fast_path_close_to_float64():
+@pytest.mark.parametrize("block_mb", [64.0, 0.3])
+def test_float32_fast_path_close_to_float64(block_mb):
     rng = np.random.default_rng(2)
     x = unit_rows(rng, 3000, 32).astype(np.float32)
     steps = random_steps(rng, 3000, 3, 128)
-    gps = [RecursiveGP(x, GPConfig(dtype=dt, block_mb=0.3)) for dt in ("float32", "float64")]
+    gps = [RecursiveGP(x, GPConfig(dtype=dt, block_mb=block_mb)) for dt in ("float32", "float64")]
     for gp in gps:
         for idx, k, n in steps:
             gp.observe(idx, k, n)
