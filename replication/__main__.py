@@ -92,6 +92,7 @@ def build_parser() -> argparse.ArgumentParser:
     r = sub.add_parser("report", help="cross-paper summary from results/<paper>/summary.json")
     r.add_argument("--results", default=Path("results"), type=Path)
     r.add_argument("--out", default=Path("results/summary.md"), type=Path)
+    r.add_argument("--readme", type=Path, help="also refresh the results block of this README")
 
     sub.add_parser("profiles", help="list the available profiles")
     d = sub.add_parser("dry-run", help="validate a profile and print its plan (no GPU needed)")
@@ -108,7 +109,12 @@ def main(argv: list[str] | None = None) -> int:
         if args.cmd == "report":
             from replication.report.summary import write_summary
 
-            print(write_summary(args.results, args.out))
+            text = write_summary(args.results, args.out)
+            if args.readme:
+                from replication.report.summary import update_readme
+
+                update_readme(args.readme, text)
+            print(text)
             return 0
         cfg = load_profile(args.profile, _overrides(args))
         if args.cmd == "train":

@@ -6,6 +6,9 @@ at a shell all run exactly the same thing. Runs are content-addressed: the key h
 resolved configuration, the seed, the step count and the base model's weights, so a run that
 several papers share (the same uniform GRPO baseline) is trained once and reused, and a
 killed sweep resumes (finished runs are skipped, a half-finished one continues with --resume).
+
+The key does not hash the source code: after changing training code, clear the cache
+(``rm -rf .cache/runs``) or point ``REPLICATION_RUN_CACHE`` elsewhere, so no stale run is reused.
 """
 
 from __future__ import annotations

@@ -31,7 +31,7 @@ def write_summary(results: str | Path, out: str | Path) -> str:
         "total rollout budget; difference in points with a paired 95 % CI over seeds.",
         "Small-scale analogue: tiny model, procedural arithmetic (profile in the table).",
         "",
-        "| paper | profile | method | baseline | metric | method | baseline | difference [95 % CI] | significant |",
+        "| paper | profile | method | baseline | metric | method (%) | baseline (%) | difference, pts [95 % CI] | significant |",
         "|---|---|---|---|---|---|---|---|---|",
     ]
     for r in rows:
@@ -47,3 +47,18 @@ def write_summary(results: str | Path, out: str | Path) -> str:
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(text)
     return text
+
+
+BEGIN, END = "<!-- results:begin -->", "<!-- results:end -->"
+
+
+def update_readme(readme: str | Path, table_md: str) -> None:
+    """Replace the block between the results markers of README.md with the generated table."""
+    path = Path(readme)
+    text = path.read_text()
+    if BEGIN not in text or END not in text:
+        raise ValueError(f"{path} has no {BEGIN} ... {END} block")
+    head, rest = text.split(BEGIN, 1)
+    _, tail = rest.split(END, 1)
+    body = table_md.split("\n", 2)[2] if table_md.startswith("# ") else table_md  # drop the title
+    path.write_text(f"{head}{BEGIN}\n{body.strip()}\n{END}{tail}")
