@@ -40,11 +40,19 @@ class Arm:
     """Config overrides with dotted keys, e.g. {'allocator.name': 'vip', 'rl.estimator': 'rloo'}."""
 
 
+# What defines a model: weights, architecture and tokenizer — not reports written beside them
+# (sft_report.json carries wall times and would make every rebuild look like a new model).
+MODEL_FILES = ("config.json", "generation_config.json", "tokenizer.json", "tokenizer_config.json",
+               "special_tokens_map.json")
+
+
 def _model_digest(path: Path) -> str:
     h = hashlib.sha256()
-    for f in sorted(Path(path).glob("*.safetensors")) + sorted(Path(path).glob("*.json")):
-        h.update(f.name.encode())
-        h.update(f.read_bytes())
+    files = sorted(Path(path).glob("*.safetensors")) + [Path(path) / n for n in MODEL_FILES]
+    for f in files:
+        if f.exists():
+            h.update(f.name.encode())
+            h.update(f.read_bytes())
     return h.hexdigest()[:16]
 
 
