@@ -21,8 +21,7 @@ params_file = "params.yaml"
 out_root = "results"
 workers = 0  # 0 means the workers value of params.yaml'''
 
-SETUP = '''import json
-from IPython.display import Markdown, display
+SETUP = '''from IPython.display import Markdown, display
 from replication.report import pipeline, plots, tables, paper_tables, lab, conclusions
 from replication.report.runs import list_runs
 

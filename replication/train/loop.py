@@ -17,7 +17,6 @@ import time
 from pathlib import Path
 
 import numpy as np
-import torch
 from tqdm.auto import tqdm
 
 from replication.config import TrainConfig, to_dict
