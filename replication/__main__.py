@@ -1,4 +1,4 @@
-"""Command line: ``python -m replication {train,eval,sft,profiles} ...``.
+"""Command line: ``python -m replication {train,eval,sft,grad-variance,profiles} ...``.
 
     python -m replication sft   --profile default --out runs/base-model
     python -m replication train --profile default --allocator vip --estimator rloo --seed 0 \
@@ -41,7 +41,7 @@ def _overrides(args: argparse.Namespace) -> dict:
         o["rl.modulation"] = None if args.modulation == "none" else args.modulation
     if getattr(args, "prompt_weights", None):
         o["rl.prompt_weights"] = None if args.prompt_weights == "none" else args.prompt_weights
-    if getattr(args, "seed", None) is not None:
+    if getattr(args, "seed", None) is not None and getattr(args, "cmd", None) != "grad-variance":
         o["seed"] = args.seed
     if getattr(args, "model", None):
         o["model.path"] = args.model
@@ -94,6 +94,23 @@ def build_parser() -> argparse.ArgumentParser:
     r.add_argument("--out", default=Path("results/summary.md"), type=Path)
     r.add_argument("--readme", type=Path, help="also refresh the results block of this README")
 
+    g = sub.add_parser("grad-variance", help="policy-gradient variance per allocator at checkpoints of a "
+                       "uniform run (issue 10; replication/analysis/gradient_variance.py)")
+    _common(g)
+    g.add_argument("--run", required=True, type=Path,
+                   help="uniform run folder: its checkpoints are trained there when missing")
+    g.add_argument("--out", required=True, type=Path, help="folder for gradient_variance.csv")
+    g.add_argument("--steps", default="0,100,300", help="checkpoint steps, comma-separated (default 0,100,300)")
+    g.add_argument("--draws", type=int, default=30, help="rollout sets per allocator and checkpoint")
+    g.add_argument("--reference-draws", type=int, default=30, help="uniform draws for the projection direction")
+    g.add_argument("--oracle-samples", type=int, default=64, help="rollouts per prompt estimating the true p")
+    g.add_argument("--prompts", type=int, help="fixed batch size Q (default: the profile's prompts_per_step)")
+    g.add_argument("--methods", help="comma-separated subset of the methods (default: all)")
+    g.add_argument("--estimator", choices=["grpo", "drgrpo", "rloo"])
+    g.add_argument("--seed", type=int, default=0,
+                   help="seed of the measurement (batch, rollouts, bootstrap); the run uses the profile's")
+    g.add_argument("--bootstrap", type=int, default=2000)
+
     sub.add_parser("profiles", help="list the available profiles")
     d = sub.add_parser("dry-run", help="validate a profile and print its plan (no GPU needed)")
     _common(d)
@@ -138,6 +155,26 @@ def main(argv: list[str] | None = None) -> int:
             from replication.train.prepare import prepare_model
 
             print(prepare_model(cfg, args.out, steps=args.steps))
+        elif args.cmd == "grad-variance":
+            from replication.analysis.gradient_variance import GradVarConfig, run_grad_variance
+
+            try:
+                steps = tuple(int(x) for x in args.steps.split(",") if x.strip())
+            except ValueError:
+                raise ConfigError(f"--steps: comma-separated integers, got {args.steps!r}") from None
+            if max(steps, default=0) > cfg.steps:
+                raise ConfigError(f"--steps: {max(steps)} exceeds the profile's steps={cfg.steps}")
+            kw = {} if not args.methods else {"methods": tuple(m.strip() for m in args.methods.split(","))}
+            try:
+                gv = GradVarConfig(steps=steps, draws=args.draws, reference_draws=args.reference_draws,
+                                   oracle_samples=args.oracle_samples, prompts=args.prompts, seed=args.seed,
+                                   bootstrap=args.bootstrap, **kw)
+            except ValueError as e:
+                raise ConfigError(str(e)) from None
+            df = run_grad_variance(cfg, args.run, args.out, gv, log=lambda m: print(m, file=sys.stderr))
+            from replication.report.gradient_variance import variance_table
+
+            print(variance_table(df).to_string(index=False))
         elif args.cmd == "dry-run":
             from replication.train.plan import describe
 

@@ -1,0 +1,5 @@
+"""Measurements on the real model that the training runs do not log (issue 10).
+
+- ``gradient_variance``: the policy-gradient vector's variance under each allocator at the same
+  rollout budget, at checkpoints of a uniform run (``python -m replication grad-variance``).
+"""
