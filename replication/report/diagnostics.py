@@ -1,0 +1,110 @@
+"""Is each mechanism switched on? The regime diagnostics of issue 10 (point 1), each computed
+from a paper's run logs and printed beside its target with pass/fail.
+
+Targets (issue 10; chosen so that the small-scale runs test the mechanisms, not GRPO vs GRPO):
+- uniform GRPO raises held-out mean@k by ≥ 3 points, 95 % CI excluding 0 (paired over seeds);
+- ≥ 50 % of the baseline's prompt visits are to prompts seen before, without the held-out score
+  falling (memorisation check: held-out gain ≥ 0, printed beside the training-score gain);
+- VIP: the GP's next-step MAE on seen prompts ≤ the per-prompt moving average's, and on unseen
+  prompts < the constant predictor's (the mean of everything seen so far, which is what the
+  moving average predicts for an unseen prompt) — from report/predictor_study.py's mae_summary;
+  ≥ 30 % of the VIP arm's prompt-steps get n ≠ n̄;
+- GDRO: Prompt-GDRO's per-step max/min weight has median ≥ 1.2; Rollout-GDRO departs from
+  uniform in ≥ 50 % of steps;
+- DynaMO: ≥ 50 % of the DynaMO arm's visits have per-prompt history (an earlier visit).
+Reads results only (runs.load_steps / load_prompts / load_eval frames).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+
+from replication.report.engagement import engagement
+from replication.report.sample_efficiency import training_curves
+from replication.report.stats import compare
+
+
+def heldout_gain(eval_df: pd.DataFrame, arm: str, metric: str = "mean@8", set_name: str = "average"):
+    """after − before of one arm, paired over seeds (stats.Comparison)."""
+    e = eval_df[(eval_df["arm"] == arm) & (eval_df["metric"] == metric) & (eval_df["set"] == set_name)]
+    if e.empty:
+        raise ValueError(f"no held-out rows for arm {arm!r}, metric {metric!r}, set {set_name!r}")
+    piv = e.pivot_table(index="seed", columns="phase", values="value")
+    return compare(piv["after"], piv["before"])
+
+
+def revisit_share(prompts: pd.DataFrame, arm: str) -> pd.Series:
+    """Per seed: share of the arm's prompt visits to a prompt already visited at an earlier step
+    (= visits for which a per-prompt history exists)."""
+    p = prompts[prompts["arm"] == arm].sort_values(["seed", "step"], kind="stable")
+    if p.empty:
+        raise ValueError(f"no per-prompt records for arm {arm!r}")
+    seen_before = p.duplicated(["seed", "prompt_id"], keep="first")
+    return seen_before.groupby(p["seed"]).mean()
+
+
+def _row(diagnostic: str, arm: str, value: str, target: str, ok: bool | None) -> dict:
+    return {"diagnostic": diagnostic, "arm": arm, "value": value, "target": target,
+            "pass": None if ok is None else bool(ok)}
+
+
+def issue10_diagnostics(steps: pd.DataFrame, prompts: pd.DataFrame, eval_df: pd.DataFrame, baseline: str, *,
+                        vip: str | None = None, prompt_gdro: str | None = None, rollout_gdro: str | None = None,
+                        dynamo: str | None = None, predictor_mae: pd.DataFrame | None = None,
+                        metric: str = "mean@8", set_name: str = "average", window: int = 20) -> pd.DataFrame:
+    """One row per target: diagnostic, arm, value, target, pass. Arms left as None are skipped
+    (each paper's notebook passes its own)."""
+    rows = []
+    g = heldout_gain(eval_df, baseline, metric, set_name)
+    rows.append(_row(f"held-out {metric} gain of the baseline ({set_name})", baseline,
+                     f"{100 * g.diff:+.1f} pts [{100 * g.lo:+.1f}, {100 * g.hi:+.1f}] (n={g.n})",
+                     "≥ +3.0 pts, CI excluding 0", g.diff >= 0.03 and g.lo > 0))
+    rv = revisit_share(prompts, baseline)
+    rows.append(_row("prompt visits to prompts seen before", baseline, f"{rv.mean():.0%} (seeds {rv.min():.0%}–"
+                     f"{rv.max():.0%})", "≥ 50 %", rv.mean() >= 0.5))
+    cur = training_curves(steps[steps["arm"] == baseline], window)
+    tr = cur.groupby("seed")["smooth"].agg(lambda s: s.iloc[-1] - s.iloc[min(window, len(s)) - 1])
+    rows.append(_row("memorisation check: held-out gain beside training-score gain", baseline,
+                     f"held-out {100 * g.diff:+.1f} pts, training {100 * tr.mean():+.1f} pts",
+                     "held-out gain ≥ 0", g.diff >= 0))
+    if vip is not None:
+        if predictor_mae is not None:
+            m = predictor_mae.set_index(["predictor", "subset"])["mae"]
+            try:
+                gs, ms, gu, mu = (m[("gp", "seen")], m[("moving-average", "seen")], m[("gp", "unseen")],
+                                  m[("moving-average", "unseen")])
+                rows.append(_row("VIP GP next-step MAE, seen prompts (vs moving average)", vip,
+                                 f"{gs:.3f} vs {ms:.3f}", "GP ≤ moving average", gs <= ms))
+                rows.append(_row("VIP GP next-step MAE, unseen prompts (vs constant)", vip,
+                                 f"{gu:.3f} vs {mu:.3f}", "GP < constant", gu < mu))
+            except KeyError as e:
+                raise ValueError(f"predictor_mae lacks {e}; pass predictor_study.mae_summary(...)") from None
+        else:
+            rows.append(_row("VIP GP next-step MAE", vip, "not computed (pass predictor_mae)", "", None))
+        e = engagement(steps[steps["arm"] == vip], prompts[prompts["arm"] == vip])
+        rows.append(_row("VIP prompt-steps with n ≠ n̄", vip, f"{e['departure_share'].mean():.0%}", "≥ 30 %",
+                         e["departure_share"].mean() >= 0.3))
+    if prompt_gdro is not None:
+        e = engagement(steps[steps["arm"] == prompt_gdro], prompts[prompts["arm"] == prompt_gdro])
+        med = float(e["weight_ratio_median"].median())
+        rows.append(_row("Prompt-GDRO median per-step max/min weight", prompt_gdro, f"{med:.4g}", "≥ 1.2",
+                         med >= 1.2 if np.isfinite(med) else False))
+    if rollout_gdro is not None:
+        e = engagement(steps[steps["arm"] == rollout_gdro], prompts[prompts["arm"] == rollout_gdro])
+        share = float(e["departure_steps"].mean())
+        rows.append(_row("Rollout-GDRO steps departing from uniform", rollout_gdro, f"{share:.0%}", "≥ 50 %",
+                         share >= 0.5))
+    if dynamo is not None:
+        h = revisit_share(prompts, dynamo)
+        rows.append(_row("DynaMO visits with per-prompt history", dynamo, f"{h.mean():.0%}", "≥ 50 %",
+                         h.mean() >= 0.5))
+    return pd.DataFrame(rows)
+
+
+def format_diagnostics(df: pd.DataFrame) -> str:
+    """The table as text, PASS / FAIL / — per row."""
+    out = df.copy()
+    out["pass"] = out["pass"].map(lambda v: "—" if v is None or (isinstance(v, float) and np.isnan(v))
+                                  else ("PASS" if v else "FAIL"))
+    return out.to_string(index=False)
