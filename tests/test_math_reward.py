@@ -130,8 +130,8 @@ def test_extraction_modes_follow_the_prompt_format():
 
 @needs_math_verify
 def test_trainer_verify_signature(verifier):
-    assert verifier("so \\boxed{\\frac{4}{8}}", "0.5", "aime24") is True
-    assert verifier("\\boxed{3}", "4", "aime24") is False
+    ok = verifier.is_correct(["so \\boxed{\\frac{4}{8}}", "\\boxed{3}"], ["0.5", "4"], ["aime24"] * 2)
+    assert ok.tolist() == [True, False]
 
 
 @needs_math_verify

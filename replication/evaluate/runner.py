@@ -6,7 +6,7 @@ training RNG streams (a resumed run and an uninterrupted one evaluate identicall
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from typing import Any
 
 import numpy as np
@@ -17,18 +17,20 @@ from replication.rollout.base import SamplingConfig
 
 
 class Evaluator:
+    """``verifier``: a ``replication.tasks.verify.Verifier`` (batched ``is_correct``)."""
+
     def __init__(
         self,
         engine: Any,
         eval_sets: Mapping[str, Any],
-        verify: Callable[[str, str, str], bool],
+        verifier: Any,
         cfg: Any,
         max_new_tokens: int | None = None,
         chunk_prompts: int = 64,
     ) -> None:
         self.engine = engine
         self.sets = eval_sets
-        self.verify = verify
+        self.verifier = verifier
         self.cfg = cfg
         self.max_new_tokens = max_new_tokens
         self.chunk = chunk_prompts
@@ -41,10 +43,8 @@ class Evaluator:
             sources = data.sources[sl]
             counts = np.full(len(ids), n, dtype=np.int64)
             batch = self.engine.generate(ids, inputs, answers, counts, sampling, generator=gen)
-            ok = np.array([
-                self.verify(t, a, sources[g])
-                for t, a, g in zip(batch.completions, batch.row_answers, batch.group_index)
-            ])
+            ok = np.asarray(self.verifier.is_correct(batch.completions, batch.row_answers,
+                                                     [sources[g] for g in batch.group_index]))
             out.append(np.bincount(batch.group_index, weights=ok.astype(float), minlength=len(ids)))
         return np.concatenate(out).astype(np.int64)
 

@@ -1,6 +1,6 @@
 """Reporting: run loading, seed statistics, tables, paper data, plots, the allocation lab.
 
-Data flows one way: exported runs (experiments.run_grid) → runs.py frames → stats/tables/plots/
+Data flows one way: exported runs (orchestration.grid.run_grid) → runs.py frames → stats/tables/plots/
 diagnostics → conclusions. Heavy modules (lab, predictor_study: allocators, GP) are imported
 from their own files, not here, so ``import replication.report`` stays light.
 """

@@ -1,23 +1,18 @@
-"""Notebook glue: read a paper's section of params.yaml, train its arms, load the results.
+"""A paper's exported runs as tidy frames (what the notebooks read; nothing here trains).
 
-The notebooks stay thin: ``pr = run_paper("vip")`` trains (or reuses) every arm × seed at the
-same budget and returns tidy frames; the notebook then draws the paper's tables and figures.
+``replication.orchestration.grid.run_paper`` trains or loads the grid and returns a ``PaperRun``
+built by ``load_paper_run``; the notebooks then draw the paper's tables and figures from it.
 """
 
 from __future__ import annotations
 
 import dataclasses
 from pathlib import Path
-from typing import Any
 
 import pandas as pd
-import yaml
 
-from replication.experiments import Arm, run_grid
 from replication.report.runs import load_eval, load_prompts, load_steps
 from replication.report.tables import compare_to_baseline
-
-QUICK_PROFILE = "quick"
 
 
 @dataclasses.dataclass
@@ -25,7 +20,8 @@ class PaperRun:
     paper: str
     profile: str
     seeds: list[int]
-    arms: list[Arm]
+    arms: list[str]
+    """Arm display names, in params.yaml order."""
     baselines: dict[str, str]
     """method arm → its baseline arm (only pairs whose arms both ran)."""
     out: Path
@@ -47,42 +43,15 @@ class PaperRun:
         return p
 
     def arm_names(self) -> list[str]:
-        return [a.name for a in self.arms]
+        return list(self.arms)
 
 
-def load_section(section: str, params_file: str | Path = "params.yaml") -> dict[str, Any]:
-    params = yaml.safe_load(Path(params_file).read_text())
-    if section not in params:
-        raise KeyError(f"{params_file} has no section {section!r}")
-    sec = dict(params[section])
-    sec["profile"] = params.get("profile", "default")
-    sec["workers"] = int(params.get("workers", 2))
-    return sec
-
-
-def select_arms(sec: dict) -> tuple[list[Arm], list[int]]:
-    """Arms (base overrides + the arm's own) and seeds; the quick profile keeps one seed and the
-    section's ``main`` arms."""
-    names = list(sec["arms"])
-    seeds = [int(s) for s in sec["seeds"]]
-    if sec["profile"] == QUICK_PROFILE:
-        names = [n for n in names if n in set(sec.get("main", names))]
-        seeds = seeds[:1]
-    base = dict(sec.get("base") or {})
-    arms = [Arm(n, {**base, **(sec["arms"][n] or {})}) for n in names]
-    return arms, seeds
-
-
-def run_paper(section: str, params_file: str | Path = "params.yaml", out_root: str | Path = "results",
-              workers: int | None = None) -> PaperRun:
-    sec = load_section(section, params_file)
-    arms, seeds = select_arms(sec)
-    out = Path(out_root) / section
-    runs = run_grid(sec["profile"], arms, seeds, out / "runs", steps=sec.get("steps"),
-                    workers=workers or sec["workers"])
-    names = {a.name for a in arms}
-    baselines = {m: b for m, b in (sec.get("baseline") or {}).items() if m in names and b in names}
-    return PaperRun(section, sec["profile"], seeds, arms, baselines, out, runs,
+def load_paper_run(paper: str, profile: str, seeds: list[int], arms: list[str],
+                   baselines: dict[str, str], out: str | Path, runs: pd.DataFrame) -> PaperRun:
+    """Read the exported runs listed in ``runs`` (arm, seed, dir columns)."""
+    names = set(arms)
+    pairs = {m: b for m, b in baselines.items() if m in names and b in names}
+    return PaperRun(paper, profile, list(seeds), list(arms), pairs, Path(out), runs,
                     load_eval(runs), load_steps(runs), load_prompts(runs))
 
 
@@ -99,7 +68,7 @@ def comparisons(pr: PaperRun, phase: str = "after") -> pd.DataFrame:
 def prompt_texts(profile: str) -> dict:
     """Prompt id → text of the profile's train pool (the runs log ids only)."""
     from replication.config import load_profile
-    from replication.train.setup import build_data
+    from replication.tasks.data import build_data
 
     data = build_data(load_profile(profile))
     return dict(zip(data.train.ids, data.train.texts))

@@ -1,6 +1,6 @@
 """Load a results folder of exported runs into tidy pandas frames.
 
-``experiments.run_grid`` exports each (arm, seed) run to OUT/<arm>/s<seed>/ with
+``orchestration.grid.run_grid`` exports each (arm, seed) run to OUT/<arm>/s<seed>/ with
 metrics.json, steps.jsonl, config.json and prompts.jsonl.gz (train/loop.py writes the rows).
 Every loader takes that OUT folder (or run_grid's returned frame with arm, seed, dir columns,
 which keeps the arms' display names) and adds ``arm`` and ``seed`` columns:

@@ -309,8 +309,11 @@ class MathVerifier:
         ok = self.is_correct(completions, answers)
         return np.where(ok, correct, incorrect).astype(np.float32)
 
-    def is_correct(self, completions: Sequence[str], answers: Sequence[str]) -> np.ndarray:
-        """bool array: is each completion's extracted answer equivalent to its reference?"""
+    def is_correct(self, completions: Sequence[str], answers: Sequence[str],
+                   sources: Sequence[str] | None = None) -> np.ndarray:
+        """bool array: is each completion's extracted answer equivalent to its reference?
+        (``sources`` is accepted for the trainer's verifier interface and ignored: every math
+        dataset uses the same checker.)"""
         if len(completions) != len(answers):
             raise ValueError(f"{len(completions)} completions for {len(answers)} answers")
         cfg = self.config
@@ -344,12 +347,6 @@ class MathVerifier:
                 for i, ok in self._run(jobs).items():
                     out[i] = ok
         return out
-
-    def __call__(self, completion: str, answer: str, source: str | None = None) -> bool:
-        """One row, in the trainer's ``verify(completion, answer, source)`` shape (``source`` is
-        ignored: every math dataset uses the same checker). Batch calls run workers in
-        parallel; prefer ``is_correct``/``rewards`` where the caller has the whole batch."""
-        return bool(self.is_correct([completion], [answer])[0])
 
     def close(self) -> None:
         with self._lock:

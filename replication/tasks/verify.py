@@ -13,7 +13,9 @@ from __future__ import annotations
 
 import functools
 import math
+import re
 from collections.abc import Sequence
+from typing import Protocol
 
 import numpy as np
 import reasoning_gym
@@ -51,3 +53,45 @@ def score_batch(completions: Sequence[object], answers: Sequence[str], sources: 
     if not (len(completions) == len(answers) == len(sources)):
         raise ValueError(f"{len(completions)} completions, {len(answers)} answers, {len(sources)} sources")
     return np.array([score(c, a, s) for c, a, s in zip(completions, answers, sources)], dtype=np.float32)
+
+
+# ---------------------------------------------------------------------------------------------
+# Verifiers: what a run scores rollouts with (train steps and held-out evaluation)
+# ---------------------------------------------------------------------------------------------
+
+_NUMBER = re.compile(r"-?\d+(?:\.\d+)?")
+
+
+def last_number(text: object) -> str:
+    """The last number in ``text`` ("The answer is 17." → "17"); "" when there is none."""
+    if not isinstance(text, str):
+        return ""
+    found = _NUMBER.findall(text[-2000:])
+    return found[-1] if found else ""
+
+
+class Verifier(Protocol):
+    """Scores a batch of rollouts; garbage is wrong, never an exception."""
+
+    def is_correct(self, completions: Sequence[str], answers: Sequence[str],
+                   sources: Sequence[str] | None = None) -> np.ndarray:
+        """bool array, one per completion (``sources``: each row's dataset)."""
+        ...
+
+
+class ProceduralVerifier:
+    """reasoning-gym's binarised scorer over a batch (``answer_mode='last-number'``: chat models
+    explain, so the reward reads the completion's last number)."""
+
+    def __init__(self, answer_mode: str = "exact") -> None:
+        if answer_mode not in ("exact", "last-number"):
+            raise ValueError(f"answer mode: 'exact' or 'last-number', got {answer_mode!r}")
+        self.answer_mode = answer_mode
+
+    def is_correct(self, completions: Sequence[str], answers: Sequence[str],
+                   sources: Sequence[str] | None = None) -> np.ndarray:
+        if sources is None:
+            raise ValueError("procedural verification needs each row's source dataset")
+        if self.answer_mode == "last-number":
+            completions = [last_number(c) for c in completions]
+        return score_batch(completions, answers, sources) >= 1.0

@@ -5,7 +5,7 @@ from __future__ import annotations
 import copy
 import dataclasses
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 import numpy as np
 import torch
@@ -17,7 +17,9 @@ from replication.config import ConfigError, TrainConfig, from_dict
 from replication.evaluate.runner import Evaluator
 from replication.rl import DynaMOConfig, PPOConfig
 from replication.train.sampler import EpochSampler
-from replication.train.setup import PromptSet, build_data, build_engine, format_inputs, load_model
+from replication.tasks.data import PromptSet, build_data
+from replication.tasks.verify import Verifier
+from replication.train.setup import build_engine, format_inputs, load_model
 
 
 @dataclasses.dataclass
@@ -29,7 +31,7 @@ class Components:
     scheduler: torch.optim.lr_scheduler.LRScheduler
     engine: Any
     train: PromptSet
-    verify: Callable[[str, str, str], bool]
+    verifier: Verifier
     evaluator: Evaluator
     allocator: Allocator
     classifier: DifficultyClassifier | None
@@ -151,8 +153,8 @@ def build_components(cfg: TrainConfig) -> Components:
         scheduler=scheduler,
         engine=engine,
         train=data.train,
-        verify=data.verify,
-        evaluator=Evaluator(engine, data.eval_sets, data.verify, cfg.eval),
+        verifier=data.verifier,
+        evaluator=Evaluator(engine, data.eval_sets, data.verifier, cfg.eval),
         allocator=allocator,
         classifier=classifier,
         prompt_weights=prompt_weights,

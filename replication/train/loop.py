@@ -118,10 +118,8 @@ def train_step(cfg: TrainConfig, c: Components, step: int) -> tuple[dict, list[d
     )
     batch.check_alignment()
     sources = [c.train.sources[i] for i in idx]
-    correct = np.array([
-        c.verify(t, a, sources[g])
-        for t, a, g in zip(batch.completions, batch.row_answers, batch.group_index)
-    ])
+    correct = c.verifier.is_correct(batch.completions, batch.row_answers,
+                                    [sources[g] for g in batch.group_index])
     rewards = np.where(correct, cfg.rl.reward_positive, cfg.rl.reward_negative)
 
     # 3. advantages per group (variable sizes), then Prompt-GDRO weights per prompt

@@ -8,7 +8,8 @@ from pathlib import Path
 
 from replication.config import TrainConfig, to_dict
 from replication.evaluate.runner import Evaluator
-from replication.train.setup import build_data, build_engine, format_inputs, load_model
+from replication.tasks.data import build_data
+from replication.train.setup import build_engine, format_inputs, load_model
 
 
 def evaluate_checkpoint(cfg: TrainConfig, checkpoint: str | Path, out: str | Path, seed: int = 0) -> dict:
@@ -26,7 +27,7 @@ def evaluate_checkpoint(cfg: TrainConfig, checkpoint: str | Path, out: str | Pat
         "checkpoint": str(checkpoint),
         "profile": cfg.profile,
         "seed": seed,
-        "eval": Evaluator(engine, data.eval_sets, data.verify, cfg.eval)(model, seed=seed),
+        "eval": Evaluator(engine, data.eval_sets, data.verifier, cfg.eval)(model, seed=seed),
         "eval_config": to_dict(cfg.eval),
     }
     out = Path(out)

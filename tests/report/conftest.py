@@ -1,4 +1,4 @@
-"""Synthetic exported runs (OUT/<arm>/s<seed>/ as experiments.export_run writes them), built in
+"""Synthetic exported runs (OUT/<arm>/s<seed>/ as orchestration.run_cache.export_run writes them), built in
 tmp_path: three arms × three seeds with known effects, so the report code is tested on the
 real file formats without training anything."""
 

@@ -8,7 +8,8 @@ import pytest
 
 from replication.__main__ import main
 from replication.config import available_profiles, load_profile
-from replication.train.setup import build_data, last_number
+from replication.tasks.data import build_data
+from replication.tasks.verify import last_number
 
 
 @pytest.mark.parametrize("name", available_profiles())
@@ -50,8 +51,9 @@ def test_chat_question_prompts_and_last_number_reward():
     assert data.train.texts[0].startswith("State the final answer")  # the natural question
     assert data.formatter_name == "chat" and data.formatter_options["system"]
     s = data.eval_sets["add1-heldout"]
-    assert data.verify(f"The answer is {s.answers[0]}.", s.answers[0], s.sources[0])
-    assert not data.verify("The answer is 123456.", s.answers[0], s.sources[0])
+    ok = data.verifier.is_correct([f"The answer is {s.answers[0]}.", "The answer is 123456."],
+                                  [s.answers[0]] * 2, [s.sources[0]] * 2)
+    assert ok.tolist() == [True, False]
 
 
 def test_unknown_task_option_is_a_config_error():

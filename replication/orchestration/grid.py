@@ -1,0 +1,139 @@
+"""A paper's grid of (arm × seed) training runs, two at a time on two cores, over the run cache.
+
+    pr = run_paper("vip")                                   # params.yaml's arms, seeds, steps
+    pr = run_paper("vip", overrides={"optim.lr": 6e-5}, seeds=[0], arms=["RLOO", "RLOO+VIP"])
+
+A run whose export in ``results/<paper>/runs/<arm>/s<seed>/`` carries the same cache key is
+loaded as is; one in the run cache is exported; only the rest trains (with a progress bar).
+The returned ``PaperRun`` (``replication.report.pipeline``) holds the tidy frames the notebooks read.
+"""
+
+from __future__ import annotations
+
+import concurrent.futures as cf
+import dataclasses
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+import yaml
+from tqdm.auto import tqdm
+
+from replication.config import ConfigError
+from replication.orchestration.run_cache import DEFAULT_CACHE, cached_run, ensure_run, export_run, exported_key, run_key
+from replication.report.pipeline import PaperRun, load_paper_run
+
+QUICK_PROFILE = "quick"
+
+
+@dataclasses.dataclass(frozen=True)
+class Arm:
+    name: str
+    """Display name, e.g. 'RLOO+VIP'."""
+    overrides: dict
+    """Config overrides with dotted keys, e.g. {'allocator.name': 'vip', 'rl.estimator': 'rloo'}."""
+
+
+def run_grid(
+    profile: str,
+    arms: list[Arm],
+    seeds: list[int],
+    out_dir: str | Path,
+    *,
+    steps: int | None = None,
+    workers: int = 2,
+    cache: str | Path = DEFAULT_CACHE,
+) -> pd.DataFrame:
+    """Train every missing (arm, seed), export each to OUT/<arm>/s<seed>/, return one row per run."""
+    cache, out_dir = Path(cache), Path(out_dir)
+    names = [a.name for a in arms]
+    if len(set(names)) != len(names):
+        raise ValueError(f"arm names must be unique: {names}")
+    if not seeds:
+        raise ValueError("seeds: at least one seed is needed")
+    keys = {}
+    for arm in arms:  # validate every configuration before any compute
+        for seed in seeds:
+            keys[arm.name, seed] = run_key(profile, arm.overrides, seed, steps)[0]
+    jobs = [(a, s) for s in seeds for a in arms]
+    rows, todo = [], []
+    for arm, seed in jobs:
+        dest = out_dir / _slug(arm.name) / f"s{seed}"
+        key = keys[arm.name, seed]
+        if exported_key(dest) == key:
+            rows.append({"arm": arm.name, "seed": seed, "dir": str(dest)})
+        elif cached_run(key, cache) is not None:
+            export_run(cached_run(key, cache), dest, key)
+            rows.append({"arm": arm.name, "seed": seed, "dir": str(dest)})
+        else:
+            todo.append((arm, seed))
+    print(f"{len(jobs)} runs: {len(jobs) - len(todo)} already trained, {len(todo)} to train")
+    if todo:
+        with cf.ThreadPoolExecutor(max_workers=workers) as pool, tqdm(total=len(todo), desc="runs") as bar:
+            futures = {pool.submit(ensure_run, profile, a.overrides, s, steps, cache, a.name): (a, s)
+                       for a, s in todo}
+            for fut in cf.as_completed(futures):
+                arm, seed = futures[fut]
+                run_dir = fut.result()
+                dest = out_dir / _slug(arm.name) / f"s{seed}"
+                export_run(run_dir, dest, keys[arm.name, seed])
+                rows.append({"arm": arm.name, "seed": seed, "dir": str(dest)})
+                bar.update(1)
+    order = {n: i for i, n in enumerate(names)}
+    return pd.DataFrame(rows).sort_values(["arm", "seed"], key=lambda c: c.map(order) if c.name == "arm" else c).reset_index(drop=True)
+
+
+def _slug(name: str) -> str:
+    return "".join(ch if ch.isalnum() or ch in "-_" else "_" for ch in name).strip("_")
+
+
+# ----------------------------------------------------------------------------- params.yaml
+
+
+def load_section(section: str, params_file: str | Path = "params.yaml") -> dict[str, Any]:
+    params = yaml.safe_load(Path(params_file).read_text())
+    if section not in params:
+        raise KeyError(f"{params_file} has no section {section!r}")
+    sec = dict(params[section])
+    sec["profile"] = params.get("profile", "default")
+    sec["workers"] = int(params.get("workers", 2))
+    return sec
+
+
+def select_arms(sec: dict, overrides: dict | None = None, seeds: list[int] | None = None,
+                arms: list[str] | None = None) -> tuple[list[Arm], list[int]]:
+    """Arms (base overrides + the arm's own + ``overrides``) and seeds; the quick profile keeps
+    one seed and the section's ``main`` arms. ``seeds``/``arms`` replace the section's choice."""
+    names = list(sec["arms"])
+    chosen = [int(s) for s in sec["seeds"]]
+    if sec["profile"] == QUICK_PROFILE:
+        names = [n for n in names if n in set(sec.get("main", names))]
+        chosen = chosen[:1]
+    if arms is not None:
+        unknown = [a for a in arms if a not in sec["arms"]]
+        if unknown:
+            raise ConfigError(f"arms: unknown arm {unknown[0]!r}; known: {list(sec['arms'])}")
+        names = list(arms)
+    if seeds is not None:
+        chosen = [int(s) for s in seeds]
+    base = dict(sec.get("base") or {})
+    extra = dict(overrides or {})
+    return [Arm(n, {**base, **(sec["arms"][n] or {}), **extra}) for n in names], chosen
+
+
+def run_paper(section: str, params_file: str | Path = "params.yaml", out_root: str | Path = "results",
+              workers: int | None = None, *, profile: str | None = None, overrides: dict | None = None,
+              seeds: list[int] | None = None, arms: list[str] | None = None,
+              steps: int | None = None) -> PaperRun:
+    """Train (or load) a paper's grid and read it back. ``profile``, ``overrides`` (dotted config
+    keys applied to every arm), ``seeds``, ``arms`` and ``steps`` replace params.yaml's choice."""
+    sec = load_section(section, params_file)
+    if profile:
+        sec["profile"] = profile
+    arm_list, seed_list = select_arms(sec, overrides, seeds, arms)
+    out = Path(out_root) / section
+    n_steps = steps if steps is not None else sec.get("steps")
+    runs = run_grid(sec["profile"], arm_list, seed_list, out / "runs", steps=n_steps,
+                    workers=workers or sec["workers"])
+    return load_paper_run(section, sec["profile"], seed_list, [a.name for a in arm_list],
+                          sec.get("baseline") or {}, out, runs)

@@ -1,0 +1,121 @@
+"""One training run, content-addressed: key, train (or reuse), export.
+
+Each run is the real CLI (``python -m replication train ...``) in a subprocess, so a notebook, a
+DVC stage and a user at a shell all run exactly the same thing. The key hashes the resolved
+configuration, the seed, the step count and the base model's weights, so a run that several
+papers share (the same uniform GRPO baseline) is trained once and reused, and a killed sweep
+resumes (finished runs are skipped, a half-finished one continues with --resume).
+
+The key does not hash the source code: after changing training code, clear the cache
+(``rm -rf .cache/runs``) or point ``REPLICATION_RUN_CACHE`` elsewhere, so no stale run is reused.
+"""
+
+from __future__ import annotations
+
+import gzip
+import hashlib
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+from replication.config import load_profile, to_dict
+
+DEFAULT_CACHE = Path(os.environ.get("REPLICATION_RUN_CACHE", ".cache/runs"))
+
+# What defines a model: weights, architecture and tokenizer — not reports written beside them
+# (sft_report.json carries wall times and would make every rebuild look like a new model).
+MODEL_FILES = ("config.json", "generation_config.json", "tokenizer.json", "tokenizer_config.json",
+               "special_tokens_map.json")
+
+RUN_FILE = "run.json"
+"""Written beside an exported run: its cache key, so a later grid reuses the export as is."""
+
+
+def _model_digest(path: Path) -> str:
+    h = hashlib.sha256()
+    files = sorted(Path(path).glob("*.safetensors")) + [Path(path) / n for n in MODEL_FILES]
+    for f in files:
+        if f.exists():
+            h.update(f.name.encode())
+            h.update(f.read_bytes())
+    return h.hexdigest()[:16]
+
+
+def run_key(profile: str, overrides: dict, seed: int, steps: int | None) -> tuple[str, dict]:
+    """(key, resolved config) of one run; validates the configuration (ConfigError names the key)."""
+    cfg = load_profile(profile, {**overrides, "seed": seed})
+    resolved = to_dict(cfg)
+    resolved["profile"] = None  # the same settings under another profile name are the same run
+    model = Path(cfg.model.path)
+    digest = _model_digest(model) if model.exists() else "missing"
+    blob = json.dumps({"cfg": resolved, "steps": steps or cfg.steps, "model": digest}, sort_keys=True)
+    return hashlib.sha256(blob.encode()).hexdigest()[:20], resolved
+
+
+def train_command(profile: str, overrides: dict, seed: int, steps: int | None, out: Path,
+                  resume: bool) -> list[str]:
+    """The CLI call that trains one run into ``out``."""
+    cmd = [sys.executable, "-m", "replication", "train", "--profile", profile, "--seed", str(seed),
+           "--out", str(out), "--no-progress"]
+    for k, v in overrides.items():
+        cmd += ["--set", f"{k}={json.dumps(v)}"]
+    if steps is not None:
+        cmd += ["--max-steps", str(steps)]
+    if resume:
+        cmd.append("--resume")
+    return cmd
+
+
+def cached_run(key: str, cache: Path = DEFAULT_CACHE) -> Path | None:
+    """The finished run with this key in the cache, or None."""
+    run_dir = Path(cache) / key
+    return run_dir if (run_dir / "metrics.json").exists() else None
+
+
+def ensure_run(profile: str, overrides: dict, seed: int, steps: int | None,
+               cache: Path = DEFAULT_CACHE, name: str = "") -> Path:
+    """The run's folder in the cache, training it first (or resuming it) when it is not finished."""
+    key, _ = run_key(profile, overrides, seed, steps)
+    done = cached_run(key, cache)
+    if done is not None:
+        return done
+    run_dir = Path(cache) / key
+    resume = (run_dir / "checkpoint").exists()
+    run_dir.mkdir(parents=True, exist_ok=True)
+    log = run_dir / "train.log"
+    with open(log, "a") as f:
+        proc = subprocess.run(train_command(profile, overrides, seed, steps, run_dir, resume),
+                              stdout=f, stderr=subprocess.STDOUT)
+    if proc.returncode != 0:
+        tail = log.read_text()[-3000:]
+        raise RuntimeError(f"run {name or key} seed {seed} failed (exit {proc.returncode}):\n{tail}")
+    return run_dir
+
+
+def export_run(run_dir: Path, dest: Path, key: str | None = None) -> None:
+    """Copy what readers compare (metrics, per-step log, gzipped per-prompt records) and, with
+    ``key``, the run's cache key (``run.json``: a later grid reuses this export without training)."""
+    dest.mkdir(parents=True, exist_ok=True)
+    for name in ("metrics.json", "steps.jsonl", "config.json"):
+        shutil.copyfile(run_dir / name, dest / name)
+    # mtime=0 keeps the gzip bytes identical for identical records (stable in git and DVC).
+    with open(run_dir / "prompts.jsonl", "rb") as src, open(dest / "prompts.jsonl.gz", "wb") as raw, \
+            gzip.GzipFile(fileobj=raw, mode="wb", mtime=0, filename="") as dst:
+        shutil.copyfileobj(src, dst)
+    if key is not None:
+        (dest / RUN_FILE).write_text(json.dumps({"key": key}) + "\n")
+
+
+def exported_key(dest: Path) -> str | None:
+    """The cache key recorded beside a complete export, or None."""
+    f = Path(dest) / RUN_FILE
+    needed = ("metrics.json", "steps.jsonl", "config.json", "prompts.jsonl.gz")
+    if not f.exists() or not all((Path(dest) / n).exists() for n in needed):
+        return None
+    try:
+        return json.loads(f.read_text()).get("key")
+    except (OSError, ValueError):
+        return None
