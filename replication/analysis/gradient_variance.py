@@ -52,6 +52,7 @@ from replication.allocation import ALLOCATORS, Allocator, PromptPool, make_alloc
 from replication.config import TrainConfig, to_dict
 from replication.rl import PPOConfig, group_advantages, ppo_clip_loss, token_logprobs_and_entropy
 from replication.rollout.base import RolloutBatch, SamplingConfig
+from replication.tasks.verify import Verifier
 
 METHODS: dict[str, tuple[str, dict]] = {
     "uniform": ("uniform", {}),
@@ -191,7 +192,7 @@ def rollout_gradient(
     engine,
     prompts: PromptBatch,
     counts: np.ndarray,
-    verify: Callable[[str, str, str], bool],
+    verifier: Verifier,
     estimator: str,
     ppo_cfg: PPOConfig,
     sampling: SamplingConfig,
@@ -203,8 +204,8 @@ def rollout_gradient(
     advantages → gradient. Returns (flat gradient, per-row advantages)."""
     batch = engine.generate(prompts.ids, prompts.inputs, prompts.answers, counts, sampling, generator=generator)
     batch.check_alignment()
-    correct = np.array([verify(t, a, prompts.sources[g])
-                        for t, a, g in zip(batch.completions, batch.row_answers, batch.group_index)])
+    correct = verifier.is_correct(batch.completions, batch.row_answers,
+                                  [prompts.sources[g] for g in batch.group_index])
     rewards = np.where(correct, reward_positive, reward_negative)
     adv = group_advantages(rewards, batch.group_index, estimator)
     return flat_policy_gradient(model, batch, adv, ppo_cfg, sampling.temperature), adv
@@ -417,15 +418,15 @@ def measure_checkpoint(cfg: TrainConfig, model_path: str | Path, step: int, reco
     pool = PromptPool(ids=tuple(c.train.ids), texts=tuple(c.train.texts))
 
     def gradient(counts, gen):
-        return rollout_gradient(c.model, c.engine, prompts, counts, c.verify, cfg.rl.estimator, c.ppo_cfg,
+        return rollout_gradient(c.model, c.engine, prompts, counts, c.verifier, cfg.rl.estimator, c.ppo_cfg,
                                 sampling, gen, cfg.rl.reward_positive, cfg.rl.reward_negative)
 
     # true p from separate samples (the oracle's knowledge)
     t0 = time.perf_counter()
     ob = c.engine.generate(prompts.ids, prompts.inputs, prompts.answers, np.full(q, gv.oracle_samples), sampling,
                            generator=torch.Generator().manual_seed(gv.seed + 10_000 + step))
-    hits = np.array([c.verify(t, a, prompts.sources[g])
-                     for t, a, g in zip(ob.completions, ob.row_answers, ob.group_index)], dtype=float)
+    hits = c.verifier.is_correct(ob.completions, ob.row_answers,
+                                 [prompts.sources[g] for g in ob.group_index]).astype(float)
     p_true = np.bincount(ob.group_index, weights=hits, minlength=q) / gv.oracle_samples
     truth = dict(zip(prompts.ids, p_true.tolist()))
 

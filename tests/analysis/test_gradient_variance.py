@@ -102,8 +102,12 @@ def test_oracle_like_allocation_lowers_noise_on_a_constructed_batch(policy):
     q, nbar, lower, upper = 8, 4, 2, 8
     prompts = PromptBatch([f"p{i}" for i in range(q)], PROMPTS, ANSWERS, ["dead" if i % 2 else "live" for i in range(q)])
 
-    def verify(text: str, answer: str, source: str) -> bool:
-        return source == "live" and text[:1] in "13579" and text[:1] != ""
+    class LiveOddDigit:
+        @staticmethod
+        def is_correct(texts, answers, sources):
+            return np.array([s == "live" and t[:1] in "13579" and t[:1] != "" for t, s in zip(texts, sources)])
+
+    verify = LiveOddDigit()
 
     sampling = SamplingConfig(1.0, 1.0, 0, 6)
 
