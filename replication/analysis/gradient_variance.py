@@ -474,3 +474,41 @@ def run_grad_variance(cfg: TrainConfig, run_dir: str | Path, out_dir: str | Path
                 "run_dir": str(run_dir)}
     (out_dir / "gradient_variance.json").write_text(json.dumps(settings, indent=1, default=str))
     return df
+
+
+# ----------------------------------------------------------------------------- notebooks
+
+
+def measure(profile: str, overrides: dict | None, out_dir: str | Path, cache_root: str | Path = ".cache/gradvar",
+            log: Callable[[str], None] = print, **settings) -> pd.DataFrame:
+    """What a paper notebook calls: ``run_grad_variance`` for ``profile`` + ``overrides`` (the
+    paper's base keys), cached under ``cache_root/<key>`` where the key hashes the resolved
+    training config, the measurement settings, the base model's files and this module's source —
+    so the papers that share a base (DynaMO and GDRO) measure once. Copies the CSV/JSON to
+    ``out_dir`` and returns the frame. ``settings``: GradVarConfig fields (steps, draws, ...)."""
+    import hashlib
+
+    from replication.config import load_profile
+
+    cfg = load_profile(profile, dict(overrides or {}))
+    gv = GradVarConfig(**settings)
+    h = hashlib.sha256()
+    h.update(json.dumps({"cfg": to_dict(cfg), "gv": dataclasses.asdict(gv)}, sort_keys=True, default=str).encode())
+    model_dir = Path(cfg.model.path)
+    if model_dir.is_dir():
+        for f in sorted(model_dir.iterdir()):
+            if f.is_file() and f.suffix in (".json", ".safetensors", ".bin", ".model", ".txt"):
+                h.update(f.name.encode())
+                h.update(f.read_bytes())
+    h.update(Path(__file__).read_bytes())
+    cache = Path(cache_root) / h.hexdigest()[:16]
+    out_dir = Path(out_dir)
+    if not (cache / "gradient_variance.csv").exists():
+        run_grad_variance(cfg, cache / "run", cache, gv, log=log)
+        shutil.rmtree(cache / "run", ignore_errors=True)  # checkpoints are not needed once measured
+    else:
+        log(f"grad-variance: cached {cache}")
+    out_dir.mkdir(parents=True, exist_ok=True)
+    for name in ("gradient_variance.csv", "gradient_variance.json"):
+        shutil.copy2(cache / name, out_dir / name)
+    return pd.read_csv(out_dir / "gradient_variance.csv")
