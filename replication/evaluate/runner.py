@@ -1,7 +1,9 @@
 """Held-out evaluation: k samples per prompt → mean@k, unbiased pass@k; plus greedy accuracy.
 
-Sampling uses its own generator seeded from the run seed, so evaluating never disturbs the
-training RNG streams (a resumed run and an uninterrupted one evaluate identically).
+Sampling uses its own seeds derived from the run seed, the set and the prompt id, so evaluating
+never disturbs the training RNG streams (a resumed run and an uninterrupted one evaluate
+identically) and a prompt's samples do not depend on which process draws them: with several
+processes each rank evaluates a contiguous share of every set and the counts are gathered.
 """
 
 from __future__ import annotations
@@ -14,6 +16,7 @@ import torch
 
 from replication.evaluate.metrics import pass_at_k
 from replication.rollout.base import SamplingConfig
+from replication.train.distributed import World, rollout_seeds
 
 
 class Evaluator:
@@ -27,6 +30,7 @@ class Evaluator:
         cfg: Any,
         max_new_tokens: int | None = None,
         chunk_prompts: int = 64,
+        world: World = World(),
     ) -> None:
         self.engine = engine
         self.sets = eval_sets
@@ -34,19 +38,26 @@ class Evaluator:
         self.cfg = cfg
         self.max_new_tokens = max_new_tokens
         self.chunk = chunk_prompts
+        self.world = world
 
-    def _correct_counts(self, data: Any, n: int, sampling: SamplingConfig, gen: torch.Generator) -> np.ndarray:
-        out = []
-        for lo in range(0, len(data.ids), self.chunk):
-            sl = slice(lo, lo + self.chunk)
+    def _correct_counts(
+        self, data: Any, n: int, sampling: SamplingConfig, gen: torch.Generator, stream: str
+    ) -> np.ndarray:
+        """Successes per prompt of ``data`` (every rank gets all of them, in set order)."""
+        out = [np.zeros(0)]
+        share = np.array_split(np.arange(len(data.ids)), self.world.size)[self.world.rank]
+        end = int(share[-1]) + 1 if len(share) else 0
+        for lo in range(int(share[0]) if len(share) else 0, end, self.chunk):
+            sl = slice(lo, min(lo + self.chunk, end))
             ids, inputs, answers = data.ids[sl], data.inputs[sl], data.answers[sl]
             sources = data.sources[sl]
             counts = np.full(len(ids), n, dtype=np.int64)
-            batch = self.engine.generate(ids, inputs, answers, counts, sampling, generator=gen)
+            batch = self.engine.generate(ids, inputs, answers, counts, sampling, generator=gen,
+                                         seeds=rollout_seeds(self.seed, stream, 0, ids))
             ok = np.asarray(self.verifier.is_correct(batch.completions, batch.row_answers,
                                                      [sources[g] for g in batch.group_index]))
             out.append(np.bincount(batch.group_index, weights=ok.astype(float), minlength=len(ids)))
-        return np.concatenate(out).astype(np.int64)
+        return self.world.concat(np.concatenate(out)).astype(np.int64)
 
     def __call__(self, model: torch.nn.Module, seed: int = 0) -> dict[str, dict[str, float]]:
         self.engine.sync_weights(model)
@@ -58,10 +69,11 @@ class Evaluator:
         greedy = SamplingConfig(1.0, 1.0, 1, mnt)  # top-k = 1 is exactly greedy decoding
         results: dict[str, dict[str, float]] = {}
         pooled: list[np.ndarray] = []
+        self.seed = int(seed)
         for j, (name, data) in enumerate(sorted(self.sets.items())):
             gen = torch.Generator().manual_seed(int(seed) * 1000 + 17 + j)
             with torch.no_grad():
-                succ = self._correct_counts(data, k, sample, gen)
+                succ = self._correct_counts(data, k, sample, gen, f"eval/{name}/sample")
                 pooled.append(succ)
                 row = {
                     f"mean@{k}": float(np.mean(succ / k)),
@@ -70,7 +82,7 @@ class Evaluator:
                     "n_prompts": int(len(succ)),
                 }
                 if c.greedy:
-                    g = self._correct_counts(data, 1, greedy, gen)
+                    g = self._correct_counts(data, 1, greedy, gen, f"eval/{name}/greedy")
                     row["greedy"] = float(np.mean(g))
             results[name] = row
         results["average"] = {

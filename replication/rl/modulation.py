@@ -72,12 +72,14 @@ def _per_token(adv: torch.Tensor, like: torch.Tensor) -> torch.Tensor:
 
 
 def gradient_compensation(
-    adv: torch.Tensor, entropy: torch.Tensor, mask: torch.Tensor, alpha: float
+    adv: torch.Tensor, entropy: torch.Tensor, mask: torch.Tensor, alpha: float,
+    entropy_range: tuple[float, float] | None = None,
 ) -> torch.Tensor:
     """β_comp [N, L] (detached): 1 + α(H_max − H_t)/(H_max − H_min) on valid A > 0 tokens, else 1.
 
-    H_min / H_max are over the valid tokens of ``entropy``; if they coincide (or no token is
-    valid) every factor is 1 — there is no entropy contrast to compensate.
+    H_min / H_max are over the valid tokens of ``entropy`` (or ``entropy_range``, when the
+    mini-batch spans several processes); if they coincide (or no token is valid) every factor is
+    1 — there is no entropy contrast to compensate.
     """
     with torch.no_grad():
         h = entropy.detach()
@@ -88,6 +90,8 @@ def gradient_compensation(
             return one
         hv = h[m]
         h_min, h_max = hv.min(), hv.max()
+        if entropy_range is not None:
+            h_min, h_max = (torch.tensor(v, dtype=h.dtype, device=h.device) for v in entropy_range)
         if not h_max > h_min:
             return one
         boost = 1.0 + alpha * (h_max - h) / (h_max - h_min)
@@ -129,8 +133,10 @@ def update_stabilisation(
     mask: torch.Tensor,
     cfg: DynaMOConfig,
     ppo_cfg: PPOConfig,
+    xi_max: float | None = None,
 ) -> torch.Tensor:
-    """β_stab [N, L] (detached) from x = Ξ / max Ξ over the valid tokens given; 1 outside the mask.
+    """β_stab [N, L] (detached) from x = Ξ / max Ξ over the valid tokens given (or ``xi_max``,
+    when the mini-batch spans several processes); 1 outside the mask.
 
     If every Ξ is 0 (e.g. all advantages 0) x is taken as 0, so β_stab = β_stab(0) ≈ 1.
     """
@@ -138,6 +144,8 @@ def update_stabilisation(
         m = mask.to(torch.bool)
         big_xi = entropy_change_magnitude(adv, logp, old_logp, entropy, mask, ppo_cfg)
         top = big_xi.max() if m.any() else big_xi.new_zeros(())
+        if xi_max is not None:
+            top = torch.tensor(xi_max, dtype=big_xi.dtype, device=big_xi.device)
         x = big_xi / top if top > 0 else torch.zeros_like(big_xi)
         beta = stabilisation_factor(x, cfg.lambda_min, cfg.gamma, cfg.tau)
         return torch.where(m, beta, torch.ones_like(beta))
@@ -151,6 +159,8 @@ def modulate_advantages(
     mask: torch.Tensor,
     cfg: DynaMOConfig,
     ppo_cfg: PPOConfig,
+    entropy_range: tuple[float, float] | None = None,
+    xi_max: float | None = None,
 ) -> tuple[torch.Tensor, dict[str, float]]:
     """A · β_comp · β_stab with both factors detached, and diagnostics.
 
@@ -162,6 +172,8 @@ def modulate_advantages(
         mask: [N, L] valid completion tokens. The extent of H_min/H_max and max Ξ is exactly
             the rows given: pass one micro-batch (as the paper) or a whole mini-batch.
         cfg, ppo_cfg: DynaMO and PPO settings (ε_low, ε_high, dual clip define 1_clip).
+        entropy_range, xi_max: (H_min, H_max) and max Ξ of the whole mini-batch when it is
+            split across processes (train/distributed.py); None = from the rows given.
 
     Returns:
         (advantages [N, L], stats) — stats: beta_comp_mean, beta_comp_pos_mean (over A > 0
@@ -171,9 +183,13 @@ def modulate_advantages(
     a = _per_token(adv, logp)
     m = mask.to(torch.bool)
     one = torch.ones_like(logp, dtype=a.dtype if a.is_floating_point() else logp.dtype).detach()
-    comp = gradient_compensation(a, entropy, m, cfg.alpha).to(one.dtype) if cfg.enable_comp else one
+    comp = (
+        gradient_compensation(a, entropy, m, cfg.alpha, entropy_range).to(one.dtype)
+        if cfg.enable_comp
+        else one
+    )
     stab = (
-        update_stabilisation(a, logp, old_logp, entropy, m, cfg, ppo_cfg).to(one.dtype)
+        update_stabilisation(a, logp, old_logp, entropy, m, cfg, ppo_cfg, xi_max).to(one.dtype)
         if cfg.enable_stab
         else one
     )

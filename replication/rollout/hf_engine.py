@@ -89,7 +89,12 @@ class HFRolloutEngine:
         counts: np.ndarray,
         sampling: SamplingConfig,
         generator: torch.Generator | None = None,
+        seeds: np.ndarray | None = None,
     ) -> RolloutBatch:
+        """``seeds`` (optional, one per prompt): sample j of prompt q draws its uniforms from its
+        own generator seeded ``seeds[q] + j`` (vLLM's per-request convention), so a group's
+        samples do not depend on the other prompts of the call — what multi-process training
+        needs (train/distributed.py). Without it every draw comes from ``generator``."""
         if not (len(prompt_ids) == len(prompts) == len(answers)):
             raise ValueError(f"{len(prompt_ids)} ids, {len(prompts)} prompts, {len(answers)} answers")
         counts = validate_counts(counts, len(prompt_ids))
@@ -97,6 +102,7 @@ class HFRolloutEngine:
         gen = generator if generator is not None else self._generator
         prompt_tok, prompt_mask = self._encode_prompts(prompts)
         rows = np.repeat(np.arange(len(prompts)), counts)  # row r belongs to prompt rows[r]
+        uniforms = None if seeds is None else row_uniforms(seeds, counts, sampling.max_new_tokens)
 
         was_training = self.model.training
         self.model.eval()
@@ -108,7 +114,8 @@ class HFRolloutEngine:
                     uniq, inverse = np.unique(rows[lo : lo + self.max_rows_per_chunk], return_inverse=True)
                     sel = torch.as_tensor(uniq, device=self.device)
                     inv = torch.as_tensor(inverse.reshape(-1), device=self.device)
-                    chunks.append(self._sample(prompt_tok[sel], prompt_mask[sel], inv, sampling, gen))
+                    u = None if uniforms is None else uniforms[lo : lo + self.max_rows_per_chunk]
+                    chunks.append(self._sample(prompt_tok[sel], prompt_mask[sel], inv, sampling, gen, u))
         finally:
             self.model.train(was_training)
 
@@ -144,7 +151,8 @@ class HFRolloutEngine:
         return ids.to(self.device), mask.to(self.device)
 
     def _sample(
-        self, ids: torch.Tensor, mask: torch.Tensor, rows: torch.Tensor, s: SamplingConfig, gen: torch.Generator
+        self, ids: torch.Tensor, mask: torch.Tensor, rows: torch.Tensor, s: SamplingConfig, gen: torch.Generator,
+        uniforms: torch.Tensor | None = None,
     ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         """Decode one chunk: ([n, t] tokens, [n, t] completion mask, [n, t] old log-probs).
 
@@ -174,7 +182,7 @@ class HFRolloutEngine:
             scaled = logits.float() / s.temperature
             logp_full = torch.log_softmax(scaled, dim=-1)
             probs = torch.softmax(truncate_logits(scaled, s.top_p, s.top_k), dim=-1)
-            tok = draw(probs, gen)
+            tok = draw(probs, gen, None if uniforms is None else uniforms[:, step : step + 1])
             alive = ~finished
             lp = logp_full.gather(-1, tok[:, None]).squeeze(-1)
             tok = torch.where(alive, tok, torch.full_like(tok, self.pad_token_id))
@@ -195,6 +203,20 @@ class HFRolloutEngine:
             kept = [t for t, keep in zip(row, m) if keep and t not in eos]
             texts.append(self.tokenizer.decode(kept, skip_special_tokens=True))
         return texts
+
+
+def row_uniforms(seeds: np.ndarray, counts: np.ndarray, steps: int) -> torch.Tensor:
+    """[N, steps] float64 uniforms; row j of prompt q from a generator seeded seeds[q] + j."""
+    seeds = np.asarray(seeds, dtype=np.int64)
+    if len(seeds) != len(counts):
+        raise ValueError(f"{len(seeds)} seeds for {len(counts)} prompts")
+    out = torch.empty(int(np.sum(counts)), steps, dtype=torch.float64)
+    r, g = 0, torch.Generator()
+    for base, c in zip(seeds.tolist(), np.asarray(counts).tolist()):
+        for j in range(int(c)):
+            out[r] = torch.rand(steps, generator=g.manual_seed(base + j), dtype=torch.float64)
+            r += 1
+    return out
 
 
 def _default_eos(model: torch.nn.Module, tokenizer) -> set[int]:

@@ -46,14 +46,18 @@ def truncate_logits(scaled: torch.Tensor, top_p: float = 1.0, top_k: int = 0) ->
     return out
 
 
-def draw(probs: torch.Tensor, generator: torch.Generator) -> torch.Tensor:
-    """One token per row from ``probs`` [n, V] by inverse CDF with uniforms from ``generator``.
+def draw(probs: torch.Tensor, generator: torch.Generator, uniforms: torch.Tensor | None = None) -> torch.Tensor:
+    """One token per row from ``probs`` [n, V] by inverse CDF with uniforms from ``generator``
+    (or the given [n, 1] float64 ``uniforms``: per-row seeded streams, hf_engine.row_uniforms).
 
     Uniforms are drawn on the generator's own device and moved, so a CPU generator drives a GPU
     model reproducibly (``torch.multinomial`` needs generator and tensor on the same device).
     ``right=True`` returns the first index whose CDF exceeds u·total: never a zero-mass token.
     """
-    u = torch.rand(probs.shape[0], 1, generator=generator, device=generator.device, dtype=torch.float64)
+    if uniforms is None:
+        u = torch.rand(probs.shape[0], 1, generator=generator, device=generator.device, dtype=torch.float64)
+    else:
+        u = uniforms
     cdf = probs.to(torch.float64).cumsum(-1)
     target = u.to(probs.device) * cdf[:, -1:]
     tokens = torch.searchsorted(cdf, target, right=True).squeeze(-1)

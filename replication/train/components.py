@@ -16,6 +16,7 @@ from replication.allocation.prompt_gdro import PromptGDRO
 from replication.config import ConfigError, TrainConfig, from_dict
 from replication.evaluate.runner import Evaluator
 from replication.rl import DynaMOConfig, PPOConfig
+from replication.train.distributed import World
 from replication.train.sampler import EpochSampler
 from replication.tasks.data import PromptSet, build_data
 from replication.tasks.verify import Verifier
@@ -94,7 +95,7 @@ class Components:
         self.tokenizer.save_pretrained(path)
 
 
-def build_components(cfg: TrainConfig) -> Components:
+def build_components(cfg: TrainConfig, world: World = World()) -> Components:
     torch.manual_seed(cfg.seed)
     if cfg.model.device == "cpu":
         torch.set_num_threads(cfg.model.threads)
@@ -154,7 +155,7 @@ def build_components(cfg: TrainConfig) -> Components:
         engine=engine,
         train=data.train,
         verifier=data.verifier,
-        evaluator=Evaluator(engine, data.eval_sets, data.verifier, cfg.eval),
+        evaluator=Evaluator(engine, data.eval_sets, data.verifier, cfg.eval, world=world),
         allocator=allocator,
         classifier=classifier,
         prompt_weights=prompt_weights,

@@ -8,6 +8,11 @@
 Run it as ``python -m replication train --profile default --allocator vip --seed 0 --out runs/x``.
 Same seed ⇒ same numbers; ``--resume`` continues a killed run to the numbers of an
 uninterrupted one (everything stateful is in the checkpoint).
+
+Under ``torchrun`` / ``accelerate launch`` every rank runs this same loop: each generates and
+backpropagates its share of the step's prompt groups, the rest (plan, advantages, observe) is
+computed identically on every rank from gathered data, and rank 0 writes the files
+(train/distributed.py states the contract).
 """
 
 from __future__ import annotations
@@ -19,11 +24,12 @@ from pathlib import Path
 import numpy as np
 from tqdm.auto import tqdm
 
-from replication.config import TrainConfig, to_dict
+from replication.config import ConfigError, TrainConfig, to_dict
 from replication.rl import group_advantages
 from replication.rollout.base import SamplingConfig
 from replication.train.checkpoint import load_checkpoint, save_checkpoint
 from replication.train.components import Components, build_components
+from replication.train.distributed import RowShard, World, rollout_seeds, split_groups
 from replication.train.run_log import RunLog
 from replication.train.update import ppo_update
 
@@ -40,12 +46,17 @@ def train(
     steps = cfg.steps if max_steps is None else int(max_steps)
     if steps < 1:
         raise ValueError(f"--max-steps must be >= 1, got {steps}")
-    ckpt = load_checkpoint(out) if resume else None
+    world = World.from_env(cfg.model.device)  # one process unless launched by torchrun/accelerate
+    if cfg.rollout.prompts_per_step < world.size:
+        raise ConfigError(f"rollout.prompts_per_step={cfg.rollout.prompts_per_step} is smaller than "
+                          f"the {world.size} processes: each rank needs at least one prompt group")
+    ckpt = load_checkpoint(out) if resume else None  # every rank reads the same checkpoint
     if ckpt is not None and ckpt["config"] != to_dict(cfg):
         raise ValueError(f"{out}: the checkpoint was written with a different configuration")
-    c = build_components(cfg)  # validates data, allocator and model before anything is written
-    out.mkdir(parents=True, exist_ok=True)
-    (out / "config.json").write_text(json.dumps(to_dict(cfg), indent=1))
+    c = build_components(cfg, world)  # validates data, allocator and model before anything is written
+    if world.is_main:
+        out.mkdir(parents=True, exist_ok=True)
+        (out / "config.json").write_text(json.dumps(to_dict(cfg), indent=1))
     if ckpt is None:
         start, wall_before = 0, 0.0
         eval_before = c.evaluator(c.model, seed=cfg.seed)
@@ -54,17 +65,18 @@ def train(
         c.load_state(ckpt["components"])
         start, wall_before = ckpt["step"], ckpt["wall_seconds"]
         eval_before, history = ckpt["eval_before"], ckpt["history"]
-    log = RunLog(out, resume_step=start - 1 if ckpt is not None else None)
+    log = RunLog(out, resume_step=start - 1 if ckpt is not None else None) if world.is_main else None
 
     t0 = time.perf_counter()
-    bar = tqdm(range(start, steps), initial=start, total=steps, disable=not progress,
+    bar = tqdm(range(start, steps), initial=start, total=steps, disable=not (progress and world.is_main),
                desc=f"{cfg.allocator.name}/s{cfg.seed}", dynamic_ncols=True)
     for step in bar:
-        row, prompt_rows = train_step(cfg, c, step)
+        row, prompt_rows = train_step(cfg, c, step, world)
         history["rollouts_total"] += row["rollouts"]
-        log.log_step(row, prompt_rows)
+        if log is not None:
+            log.log_step(row, prompt_rows)
         bar.set_postfix(reward=f"{row['reward']:.3f}", zero=f"{row['zero_variance_frac']:.2f}")
-        if (step + 1) % cfg.checkpoint_every == 0 or step + 1 == steps:
+        if world.is_main and ((step + 1) % cfg.checkpoint_every == 0 or step + 1 == steps):
             save_checkpoint(out, {
                 "step": step + 1,
                 "config": to_dict(cfg),
@@ -74,10 +86,10 @@ def train(
                 "wall_seconds": wall_before + time.perf_counter() - t0,
             })
     bar.close()
-    log.close()
+    if log is not None:
+        log.close()
 
     eval_after = c.evaluator(c.model, seed=cfg.seed)
-    c.save_model(out / "model")
     metrics = {
         "profile": cfg.profile,
         "allocator": cfg.allocator.name,
@@ -92,11 +104,14 @@ def train(
         "eval_after": eval_after,
         "wall_seconds": wall_before + time.perf_counter() - t0,
     }
-    (out / "metrics.json").write_text(json.dumps(metrics, indent=1, sort_keys=True))
+    if world.is_main:
+        c.save_model(out / "model")
+        (out / "metrics.json").write_text(json.dumps(metrics, indent=1, sort_keys=True))
+    world.barrier()  # the files exist when any rank returns
     return metrics
 
 
-def train_step(cfg: TrainConfig, c: Components, step: int) -> tuple[dict, list[dict]]:
+def train_step(cfg: TrainConfig, c: Components, step: int, world: World = World()) -> tuple[dict, list[dict]]:
     t_step = time.perf_counter()  # allocator_seconds = plan + observe (VIP's overhead figure)
     # 1. prompts and the allocation of the step's fixed budget C = Q·n̄
     idx = c.sampler.next_batch(cfg.rollout.prompts_per_step)
@@ -106,43 +121,53 @@ def train_step(cfg: TrainConfig, c: Components, step: int) -> tuple[dict, list[d
     alloc_seconds = time.perf_counter() - t_alloc
     details = c.allocator.plan_details()
 
-    # 2. rollouts: every per-row field repeated by the same counts (RolloutBatch.build)
+    # 2. rollouts: every per-row field repeated by the same counts (RolloutBatch.build). This
+    #    rank generates its run of whole groups (all of them with one process); a group's
+    #    samples are seeded by (seed, step, prompt id), whichever rank draws them.
     s = cfg.rollout.sampling
+    mine = split_groups(counts, world.size)[world.rank]
+    my_idx = idx[mine]
     batch = c.engine.generate(
-        ids,
-        [c.train.inputs[i] for i in idx],
-        [c.train.answers[i] for i in idx],
-        counts,
+        ids[mine],
+        [c.train.inputs[i] for i in my_idx],
+        [c.train.answers[i] for i in my_idx],
+        counts[mine],
         SamplingConfig(s.temperature, s.top_p, s.top_k, s.max_new_tokens),
         generator=c.generator,
+        seeds=rollout_seeds(cfg.seed, "train", step, ids[mine]),
     )
     batch.check_alignment()
-    sources = [c.train.sources[i] for i in idx]
-    correct = c.verifier.is_correct(batch.completions, batch.row_answers,
-                                    [sources[g] for g in batch.group_index])
+    sources = [c.train.sources[i] for i in my_idx]
+    my_correct = np.asarray(c.verifier.is_correct(batch.completions, batch.row_answers,
+                                                  [sources[g] for g in batch.group_index]), dtype=bool)
+    correct = world.concat(my_correct)  # the whole step's rows, in plan order, on every rank
     rewards = np.where(correct, cfg.rl.reward_positive, cfg.rl.reward_negative)
 
     # 3. advantages per group (variable sizes), then Prompt-GDRO weights per prompt
-    adv = group_advantages(rewards, batch.group_index, cfg.rl.estimator)
+    group_index = np.repeat(np.arange(len(ids)), counts)
+    adv = group_advantages(rewards, group_index, cfg.rl.estimator)
     prompt_w = np.ones(len(ids))
     bins = c.bins(ids)
     if c.prompt_weights is not None:
         prompt_w = c.prompt_weights.weights(ids, bins, counts)
-        adv = adv * prompt_w[batch.group_index]
+        adv = adv * prompt_w[group_index]
 
-    # 4. PPO-clip update over mini-batches (+ DynaMO token modulation)
+    # 4. PPO-clip update over mini-batches (+ DynaMO token modulation), on this rank's rows
+    rows = slice(int(counts[: mine.start].sum()), int(counts[: mine.stop].sum()))
     upd = ppo_update(
-        c.model, c.optimizer, c.scheduler, batch, adv, c.ppo_cfg,
+        c.model, c.optimizer, c.scheduler, batch, adv[rows], c.ppo_cfg,
         temperature=s.temperature, mini_batches=cfg.rl.mini_batches, ppo_epochs=cfg.rl.ppo_epochs,
         grad_clip=cfg.optim.grad_clip, rng=c.update_rng, modulation=c.modulation_cfg,
-        ref_model=c.ref_model, row_weights=prompt_w[batch.group_index],
+        ref_model=c.ref_model, row_weights=prompt_w[group_index][rows],
+        shard=RowShard(world, int(counts.sum()), rows.start, rows.stop),
     )
     c.engine.sync_weights(c.model)
 
     # 5. feedback: per-prompt losses (mean over the prompt's rollouts) to allocator and weighter
     q = len(ids)
-    prompt_loss = np.bincount(batch.group_index, weights=upd.row_loss, minlength=q) / counts
-    succ = np.bincount(batch.group_index, weights=correct.astype(float), minlength=q)
+    my_loss = np.bincount(batch.group_index, weights=upd.row_loss, minlength=len(my_idx))
+    prompt_loss = world.concat(my_loss) / counts
+    succ = np.bincount(group_index, weights=correct.astype(float), minlength=q)
     t_obs = time.perf_counter()
     c.allocator.observe(ids, counts, rewards, prompt_losses=prompt_loss)
     alloc_seconds += time.perf_counter() - t_obs  # VIP's GP update lives in observe

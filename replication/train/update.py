@@ -5,6 +5,11 @@ modulation is applied per mini-batch, where its H_min/H_max and max Ξ are taken
 Rows whose advantage is exactly zero carry no policy gradient; when there is no KL term they are
 skipped in the backward pass, but the token-mean denominator still counts their tokens, so the
 gradient is identical to the full computation (a measured 40–70 % saving, notes/tiny-loop.md).
+
+With several processes (``shard``, train/distributed.py) the mini-batches are drawn over the
+step's GLOBAL rows by the same seeded permutation on every rank; each rank backpropagates the
+rows of the mini-batch it holds over the mini-batch's global denominator, and the gradients are
+summed across ranks before clipping — the gradient one process computes with the whole batch.
 """
 
 from __future__ import annotations
@@ -21,7 +26,9 @@ from replication.rl import (
     ppo_clip_loss,
     token_logprobs_and_entropy,
 )
+from replication.rl.modulation import entropy_change_magnitude
 from replication.rollout.base import RolloutBatch
+from replication.train.distributed import RowShard, World
 
 
 @dataclasses.dataclass
@@ -50,60 +57,72 @@ def ppo_update(
     modulation: DynaMOConfig | None = None,
     ref_model: torch.nn.Module | None = None,
     row_weights: np.ndarray | None = None,
+    shard: RowShard | None = None,
 ) -> UpdateResult:
-    n = batch.n_rows
+    shard = shard if shard is not None else RowShard.whole(batch.n_rows)
+    world = shard.world
+    n = shard.n_global
     adv_rows = torch.as_tensor(row_advantages, dtype=torch.float32)
-    row_loss = np.zeros(n)
+    row_loss = np.zeros(batch.n_rows)
     collected: dict[str, list[float]] = {}
     use_kl = ref_model is not None and ppo_cfg.kl_coef > 0
     model.train()
     for _ in range(ppo_epochs):
         order = rng.permutation(n)
         for mb in np.array_split(order, min(mini_batches, n)):
-            mb_t = torch.as_tensor(np.sort(mb))
+            mb_t = torch.as_tensor(shard.local(np.sort(mb)))  # this rank's rows of the mini-batch
             mask = batch.completion_mask[mb_t].float()
-            # token-mean divides by the mini-batch's valid tokens, seq-mean modes by its rows.
+            # token-mean divides by the mini-batch's valid tokens, seq-mean modes by its rows
+            # (both counted over every rank's rows).
             if ppo_cfg.aggregation == "token-mean":
-                denom = mask.sum().clamp_min(1.0)
+                denom = torch.tensor(world.sum(float(mask.sum()))).clamp_min(1.0)
             else:
-                denom = torch.tensor(float(len(mb_t)))
+                denom = torch.tensor(float(len(mb)))
             # Zero-advantage rows contribute no gradient (without KL): train only the others,
             # with the full mini-batch's token count as the token-mean denominator.
             # DynaMO's H_min/H_max range over ALL valid tokens of the mini-batch, so with
             # modulation on every row is kept too.
             keep = mb_t if (use_kl or modulation is not None) else mb_t[adv_rows[mb_t] != 0]
-            stats = {"entropy": float("nan")}
-            if len(keep) > 0:
-                ids, attn = batch.input_ids[keep], batch.attention_mask[keep]
-                kmask = batch.completion_mask[keep].float()
-                logp, ent = token_logprobs_and_entropy(model, ids, attn, temperature, completion_mask=kmask)
-                old = batch.old_logprobs[keep]
-                adv_tok = adv_rows[keep].unsqueeze(1) * kmask
-                if modulation is not None:
-                    adv_tok, mod_stats = modulate_advantages(
-                        adv_tok, logp.detach(), old, ent.detach(), kmask, modulation, ppo_cfg
-                    )
-                else:
-                    mod_stats = {}
-                ref_logp = None
-                if use_kl:
-                    with torch.no_grad():
-                        ref_logp, _ = token_logprobs_and_entropy(
-                            ref_model, ids, attn, temperature, completion_mask=kmask
-                        )
-                res = ppo_clip_loss(logp, old, adv_tok, kmask, ppo_cfg, ref_logp=ref_logp, denominator=denom)
-                loss, stats = res.loss, res.stats
+            stats, weight = {"entropy": float("nan")}, 0.0
+            if world.sum(len(keep)) > 0:
                 optimizer.zero_grad(set_to_none=True)
-                loss.backward()
+                if len(keep) > 0:
+                    ids, attn = batch.input_ids[keep], batch.attention_mask[keep]
+                    kmask = batch.completion_mask[keep].float()
+                    logp, ent = token_logprobs_and_entropy(model, ids, attn, temperature, completion_mask=kmask)
+                    old = batch.old_logprobs[keep]
+                    adv_tok = adv_rows[keep].unsqueeze(1) * kmask
+                else:  # this rank holds none of the mini-batch: it only joins the collectives
+                    logp = ent = old = adv_tok = kmask = None
+                mod_stats = {}
+                if modulation is not None:
+                    extent = _modulation_extent(world, adv_tok, logp, old, ent, kmask, ppo_cfg)
+                    if len(keep) > 0:
+                        adv_tok, mod_stats = modulate_advantages(
+                            adv_tok, logp.detach(), old, ent.detach(), kmask, modulation, ppo_cfg, **extent
+                        )
+                if len(keep) > 0:
+                    ref_logp = None
+                    if use_kl:
+                        with torch.no_grad():
+                            ref_logp, _ = token_logprobs_and_entropy(
+                                ref_model, ids, attn, temperature, completion_mask=kmask
+                            )
+                    res = ppo_clip_loss(logp, old, adv_tok, kmask, ppo_cfg, ref_logp=ref_logp, denominator=denom)
+                    res.loss.backward()
+                    weight = float(kmask.sum())
+                    stats = {**res.stats, **mod_stats}
+                    stats["entropy"] = float((ent.detach() * kmask).sum() / kmask.sum().clamp_min(1))
+                    surrogate = (res.row_loss - res.row_kl).numpy()
+                    w = 1.0 if row_weights is None else row_weights[keep.numpy()]
+                    row_loss[keep.numpy()] = surrogate / w + res.row_kl.numpy()
+                world.sum_gradients(model)
                 gn = torch.nn.utils.clip_grad_norm_(model.parameters(), grad_clip)
                 optimizer.step()
                 if scheduler is not None:
                     scheduler.step()
-                stats = {**stats, **mod_stats, "grad_norm": float(gn)}
-                stats["entropy"] = float((ent.detach() * kmask).sum() / kmask.sum().clamp_min(1))
-                surrogate = (res.row_loss - res.row_kl).numpy()
-                w = 1.0 if row_weights is None else row_weights[keep.numpy()]
-                row_loss[keep.numpy()] = surrogate / w + res.row_kl.numpy()
+                stats["grad_norm"] = float(gn)
+                stats = world.combine_stats(stats, weight)
             else:
                 # Nothing to learn from, but the optimizer still steps (Adam moments, decay),
                 # exactly as the full computation with an all-zero gradient would.
@@ -118,3 +137,22 @@ def ppo_update(
                     collected.setdefault(k, []).append(float(v))
     means = {k: float(np.nanmean(v)) if len(v) else float("nan") for k, v in collected.items()}
     return UpdateResult(row_loss=row_loss, stats=means)
+
+
+def _modulation_extent(
+    world: World, adv_tok, logp, old, ent, kmask, ppo_cfg: PPOConfig
+) -> dict:
+    """DynaMO's H_min/H_max and max Ξ over the mini-batch's valid tokens on EVERY rank (empty
+    with one process: modulate_advantages then takes them from the rows it is given)."""
+    if not world.distributed:
+        return {}
+    lo, hi, top = float("inf"), float("-inf"), 0.0
+    if kmask is not None and bool(kmask.bool().any()):
+        h = ent.detach()[kmask.bool()]
+        lo, hi = float(h.min()), float(h.max())
+        top = float(entropy_change_magnitude(adv_tok, logp.detach(), old, ent.detach(), kmask, ppo_cfg).max())
+    parts = world.gather((lo, hi, top))
+    return {
+        "entropy_range": (min(p[0] for p in parts), max(p[1] for p in parts)),
+        "xi_max": max(p[2] for p in parts),
+    }
