@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 from pathlib import Path
 
@@ -139,7 +140,8 @@ def main(argv: list[str] | None = None) -> int:
 
             m = train(cfg, args.out, max_steps=args.max_steps, resume=args.resume,
                       progress=not args.no_progress)
-            print(json.dumps({"eval_before": m["eval_before"]["average"],
+            if os.environ.get("RANK", "0") == "0":  # under torchrun/accelerate: rank 0 reports
+                print(json.dumps({"eval_before": m["eval_before"]["average"],
                               "eval_after": m["eval_after"]["average"],
                               "wall_seconds": round(m["wall_seconds"], 1)}, indent=1))
         elif args.cmd == "eval":

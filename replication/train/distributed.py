@@ -98,6 +98,12 @@ class World:
         this rank to GPU LOCAL_RANK, anything else gloo.
         """
         size = int(os.environ.get("WORLD_SIZE", "1"))
+        if os.environ.get("ACCELERATE_USE_FSDP", "").lower() in ("1", "true"):
+            from replication.config import ConfigError
+
+            raise ConfigError("accelerate's FSDP config: the trainer replicates the model on every "
+                              "rank and sums gradients (DDP semantics); FSDP sharding is not "
+                              "implemented — launch with configs/accelerate/ddp.yaml")
         if size <= 1:
             return cls()
         rank, local = int(os.environ["RANK"]), int(os.environ.get("LOCAL_RANK", "0"))
@@ -159,18 +165,20 @@ class World:
             p.grad.copy_(flat[offset : offset + n].view_as(p.grad))
             offset += n
 
-    def combine_stats(self, stats: dict[str, float], weight: float) -> dict[str, float]:
+    def combine_stats(
+        self, stats: dict[str, float], weight: float, weights: dict[str, float] | None = None
+    ) -> dict[str, float]:
         """One mini-batch's diagnostics over all ranks: ``*_min`` → min, ``*_max`` → max,
         ``n_tokens`` and the losses (already over the global denominator) → sum, the rest → mean
-        weighted by each rank's ``weight`` (its valid tokens). Ratios of sub-populations (e.g.
-        beta_comp_pos_mean) are thereby token-weighted, not exact; the gradient is exact."""
+        weighted by each rank's ``weight`` (its valid tokens), or by ``weights[key]`` for a mean
+        over a sub-population (e.g. positive-advantage tokens): the 1-process value."""
         if not self.distributed:
             return stats
-        parts = self.gather((stats, float(weight)))
-        keys = sorted({k for s, _ in parts for k in s})
+        parts = self.gather({k: (v, (weights or {}).get(k, float(weight))) for k, v in stats.items()})
+        keys = sorted({k for s in parts for k in s})
         out: dict[str, float] = {}
         for k in keys:
-            vals = [(s[k], w) for s, w in parts if k in s and np.isfinite(s[k])]
+            vals = [s[k] for s in parts if k in s and np.isfinite(s[k][0])]
             if not vals:
                 out[k] = float("nan")
             elif k.endswith("_min"):

@@ -83,7 +83,7 @@ def ppo_update(
             # DynaMO's H_min/H_max range over ALL valid tokens of the mini-batch, so with
             # modulation on every row is kept too.
             keep = mb_t if (use_kl or modulation is not None) else mb_t[adv_rows[mb_t] != 0]
-            stats, weight = {"entropy": float("nan")}, 0.0
+            stats, weight, n_pos = {"entropy": float("nan")}, 0.0, 0.0
             if world.sum(len(keep)) > 0:
                 optimizer.zero_grad(set_to_none=True)
                 if len(keep) > 0:
@@ -111,6 +111,7 @@ def ppo_update(
                     res = ppo_clip_loss(logp, old, adv_tok, kmask, ppo_cfg, ref_logp=ref_logp, denominator=denom)
                     res.loss.backward()
                     weight = float(kmask.sum())
+                    n_pos = float((kmask.bool() & (adv_tok > 0)).sum())  # β_comp_pos_mean's tokens
                     stats = {**res.stats, **mod_stats}
                     stats["entropy"] = float((ent.detach() * kmask).sum() / kmask.sum().clamp_min(1))
                     surrogate = (res.row_loss - res.row_kl).numpy()
@@ -122,7 +123,7 @@ def ppo_update(
                 if scheduler is not None:
                     scheduler.step()
                 stats["grad_norm"] = float(gn)
-                stats = world.combine_stats(stats, weight)
+                stats = world.combine_stats(stats, weight, {"beta_comp_pos_mean": n_pos})
             else:
                 # Nothing to learn from, but the optimizer still steps (Adam moments, decay),
                 # exactly as the full computation with an all-zero gradient would.

@@ -1,0 +1,209 @@
+"""Multi-process training on CPU (gloo): 2 processes give the 1-process run of the same global batch.
+
+Each check runs the real CLI in subprocesses — ``python -m replication train`` for one process,
+``python -m torch.distributed.run --standalone --nproc_per_node 2 -m replication train`` (and once
+``accelerate launch --config_file configs/accelerate/ddp.yaml --num_processes 2``) for two — with
+one thread per process, so both runs use the same kernels.
+
+Tolerance: 1e-5 (relative, floor 1) on every float of metrics.json, steps.jsonl (timings
+excluded) and prompts.jsonl, and absolute on the final weights. The two runs differ only in
+float summation order (per-rank partial sums then an all-reduce, and the batch padding width of
+each rank's forward pass); counts, successes and sampled tokens are identical.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from replication.train.distributed import RowShard, World, rollout_seeds, split_groups
+
+REPO = Path(__file__).resolve().parents[2]
+TOL = 1e-5
+TIMING = {"step_seconds", "allocator_seconds", "wall_seconds"}
+
+CASES = {
+    "vip": ["--allocator", "vip", "--estimator", "rloo", "--set", "rollout.lower=3"],
+    "rollout-gdro+prompt-gdro": ["--allocator", "rollout-gdro", "--prompt-weights", "gdro"],
+    "dynamo+modulation": ["--allocator", "dynamo", "--modulation", "dynamo"],
+}
+
+
+def _env() -> dict:
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join([str(REPO), env.get("PYTHONPATH", "")]).rstrip(os.pathsep)
+    env.update(HF_HUB_OFFLINE="1", DVC_NO_ANALYTICS="1", OMP_NUM_THREADS="1", TOKENIZERS_PARALLELISM="false")
+    for k in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT"):
+        env.pop(k, None)
+    return env
+
+
+def _train_args(small: dict, out: Path, case: str, *extra: str, steps: int = 3) -> list[str]:
+    args = ["train", "--profile", "default", "--seed", "5", "--out", str(out), "--no-progress",
+            "--max-steps", str(steps), *CASES[case]]
+    for k, v in {**small, "model.threads": 1}.items():
+        args += ["--set", f"{k}={json.dumps(v)}"]
+    return args + list(extra)
+
+
+def _free_port() -> int:
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _launcher(nproc: int, how: str = "torchrun") -> list[str]:
+    if nproc == 1:
+        return [sys.executable, "-m", "replication"]
+    if how == "accelerate":
+        return [shutil.which("accelerate") or str(Path(sys.executable).parent / "accelerate"), "launch",
+                "--config_file", str(REPO / "configs/accelerate/ddp.yaml"), "--num_processes", str(nproc),
+                "--main_process_port", str(_free_port()), "-m", "replication"]
+    return [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", str(nproc),
+            "-m", "replication"]
+
+
+def _run(nproc: int, args: list[str], how: str = "torchrun") -> None:
+    p = subprocess.run(_launcher(nproc, how) + args, env=_env(), capture_output=True, text=True, timeout=600)
+    assert p.returncode == 0, p.stdout[-3000:] + p.stderr[-3000:]
+
+
+def _close(a, b, where: str) -> None:
+    if isinstance(a, dict):
+        assert set(a) == set(b), where
+        for k in a:
+            if k not in TIMING:
+                _close(a[k], b[k], f"{where}.{k}")
+    elif isinstance(a, list):
+        assert len(a) == len(b), where
+        for i, (x, y) in enumerate(zip(a, b)):
+            _close(x, y, f"{where}[{i}]")
+    elif isinstance(a, float) and isinstance(b, float):
+        assert (np.isnan(a) and np.isnan(b)) or abs(a - b) <= TOL * max(1.0, abs(a)), (where, a, b)
+    else:
+        assert a == b, (where, a, b)
+
+
+def _jsonl(path: Path) -> list[dict]:
+    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+
+
+def _same_run(a: Path, b: Path) -> None:
+    from safetensors.torch import load_file
+
+    _close(json.loads((a / "metrics.json").read_text()), json.loads((b / "metrics.json").read_text()), "metrics")
+    _close(_jsonl(a / "steps.jsonl"), _jsonl(b / "steps.jsonl"), "steps")
+    _close(_jsonl(a / "prompts.jsonl"), _jsonl(b / "prompts.jsonl"), "prompts")
+    wa, wb = load_file(a / "model" / "model.safetensors"), load_file(b / "model" / "model.safetensors")
+    assert set(wa) == set(wb)
+    worst = max(float((wa[k] - wb[k]).abs().max()) for k in wa)
+    assert worst <= TOL, worst
+
+
+# ------------------------------------------------------------------------- the pieces, in-process
+def test_split_groups_whole_balanced_deterministic():
+    counts = np.array([8, 1, 1, 8, 2, 2, 6, 4])
+    parts = split_groups(counts, 2)
+    assert parts == split_groups(counts.copy(), 2)
+    assert parts[0].start == 0 and parts[-1].stop == len(counts)
+    assert all(a.stop == b.start for a, b in zip(parts, parts[1:]))  # contiguous, whole groups
+    loads = [int(counts[p].sum()) for p in parts]
+    assert sum(loads) == counts.sum() and max(loads) - min(loads) <= counts.max()
+    # every rank gets at least one group, even when one group holds most of the budget
+    assert all(p.stop > p.start for p in split_groups(np.array([100, 1, 1, 1]), 4))
+    with pytest.raises(ValueError, match="3 prompts cannot be split across 4"):
+        split_groups(np.array([1, 2, 3]), 4)
+
+
+def test_rollout_seeds_depend_on_prompt_not_position():
+    a = rollout_seeds(0, "train", 3, ["x", "y", 7])
+    b = rollout_seeds(0, "train", 3, [7, "x"])
+    assert a[0] == b[1] and a[2] == b[0]
+    assert rollout_seeds(0, "train", 4, ["x"])[0] != a[0]
+    assert rollout_seeds(1, "train", 3, ["x"])[0] != a[0]
+    assert rollout_seeds(0, "eval/add2", 3, ["x"])[0] != a[0]
+    assert rollout_seeds(0, "train", 3, ["7"])[0] != a[2]  # "7" and 7 are different ids
+
+
+def test_one_process_world_is_identity():
+    w = World()
+    assert not w.distributed and w.is_main
+    assert w.sum(3.5) == 3.5 and w.gather("x") == ["x"]
+    np.testing.assert_array_equal(w.concat(np.arange(3)), np.arange(3))
+    np.testing.assert_array_equal(RowShard.whole(5).local(np.array([4, 0, 2])), [4, 0, 2])
+    shard = RowShard(w, 10, 4, 7)
+    np.testing.assert_array_equal(shard.local(np.array([1, 4, 6, 7, 9])), [0, 2])
+
+
+def test_rollout_groups_do_not_depend_on_the_batch(base_model_dir):
+    """The HF engine with per-prompt seeds: a group's samples are the same alone or batched."""
+    import torch
+
+    from replication.models import load_policy
+    from replication.rollout.base import SamplingConfig
+    from replication.rollout.hf_engine import HFRolloutEngine
+
+    model, tok = load_policy(base_model_dir, device="cpu")
+    eng = HFRolloutEngine(model, tok)
+    s = SamplingConfig(1.0, 1.0, 0, 6)
+    ids, texts = ["a", "b", "c"], ["12+7=", "3*4=", "40+41="]
+    seeds = rollout_seeds(0, "train", 0, ids)
+    whole = eng.generate(ids, texts, ["", "", ""], np.array([3, 1, 2]), s, torch.Generator(), seeds=seeds)
+    parts = [eng.generate(ids[i:i + 1], texts[i:i + 1], [""], np.array([c]), s, torch.Generator(), seeds=seeds[i:i + 1])
+             for i, c in enumerate([3, 1, 2])]
+    assert whole.completions == [t for p in parts for t in p.completions]
+
+
+# ------------------------------------------------------------------------- real multi-process runs
+@pytest.mark.slow
+@pytest.mark.parametrize("case", list(CASES))
+def test_two_processes_equal_one(small_overrides, tmp_path, case):
+    one, two = tmp_path / "one", tmp_path / "two"
+    _run(1, _train_args(small_overrides, one, case))
+    _run(2, _train_args(small_overrides, two, case))
+    _same_run(one, two)
+    # rank 0 alone wrote the run's files, once each
+    assert len(_jsonl(two / "steps.jsonl")) == 3
+    assert not list(two.glob("*rank*"))
+
+
+@pytest.mark.slow
+def test_two_processes_kill9_then_resume(small_overrides, tmp_path):
+    """kill -9 of the whole 2-process job after a checkpoint, then a 2-process --resume: the
+    files of the uninterrupted (1-process) run."""
+    full, killed = tmp_path / "full", tmp_path / "killed"
+    case, steps = "rollout-gdro+prompt-gdro", 4
+    extra = ("--set", "checkpoint_every=2")
+    _run(1, _train_args(small_overrides, full, case, *extra, steps=steps))
+    cmd = _launcher(2) + _train_args(small_overrides, killed, case, *extra, steps=steps)
+    proc = subprocess.Popen(cmd, env=_env(), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                            start_new_session=True)
+    deadline = time.time() + 300
+    while time.time() < deadline and not (killed / "checkpoint").exists() and proc.poll() is None:
+        time.sleep(0.05)
+    os.killpg(proc.pid, signal.SIGKILL)  # the launcher and both ranks
+    proc.wait()
+    assert (killed / "checkpoint").exists() and not (killed / "metrics.json").exists()
+    _run(2, _train_args(small_overrides, killed, case, *extra, "--resume", steps=steps))
+    _same_run(full, killed)
+
+
+@pytest.mark.slow
+def test_accelerate_launch_ddp_config(small_overrides, tmp_path):
+    """``accelerate launch --config_file configs/accelerate/ddp.yaml --num_processes 2`` on a CPU
+    machine starts two ranks through torchrun (RANK/WORLD_SIZE set); the trainer picks gloo."""
+    one, two = tmp_path / "one", tmp_path / "two"
+    _run(1, _train_args(small_overrides, one, "vip", steps=2))
+    _run(2, _train_args(small_overrides, two, "vip", steps=2), how="accelerate")
+    _same_run(one, two)
