@@ -139,7 +139,12 @@ class RolloutEngine(Protocol):
         counts: np.ndarray,
         sampling: SamplingConfig,
         generator: torch.Generator | None = None,
-    ) -> RolloutBatch: ...
+        seeds: np.ndarray | None = None,
+    ) -> RolloutBatch:
+        """``seeds``: optional per-prompt base seeds; sample j of prompt q is drawn with seed
+        ``seeds[q] + j``, so a group's samples do not depend on the rest of the call (multi-
+        process training splits a step's groups across ranks: train/distributed.py)."""
+        ...
 
     def sync_weights(self, model: torch.nn.Module) -> None:
         """Make the engine sample from the current policy weights (no-op when it shares them)."""
