@@ -115,6 +115,9 @@ def build_parser() -> argparse.ArgumentParser:
     sub.add_parser("profiles", help="list the available profiles")
     d = sub.add_parser("dry-run", help="validate a profile and print its plan (no GPU needed)")
     _common(d)
+    d.add_argument("--accelerate-config", type=Path, metavar="PATH",
+                   help="accelerate config the run will be launched with (world size from num_processes)")
+    d.add_argument("--world-size", type=int, metavar="N", help="number of training processes (GPUs)")
     return ap
 
 
@@ -180,7 +183,7 @@ def main(argv: list[str] | None = None) -> int:
         elif args.cmd == "dry-run":
             from replication.train.plan import describe
 
-            print(describe(cfg))
+            print(describe(cfg, gpus=args.world_size, accelerate_config=args.accelerate_config))
     except ConfigError as e:
         print(f"config error: {e}", file=sys.stderr)
         return 2

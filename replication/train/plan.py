@@ -1,5 +1,11 @@
-"""``python -m replication dry-run --profile NAME``: validate a profile and print its plan —
-model, data, budget, steps, rollouts, GPUs and a memory estimate — without a GPU or a download.
+"""``python -m replication dry-run --profile NAME [--accelerate-config FILE] [--world-size N]``:
+validate a profile and print its plan — model, data, budget, steps, engine, world size,
+rollouts per rank per step and a memory estimate per GPU — without a GPU or a download.
+
+World size: ``--world-size``, else the accelerate config's ``num_processes``, else 8 (the
+papers' node). Under multi-process training (train/distributed.py) every rank holds a full
+replica of the policy and its optimizer (DDP semantics: gradients summed across ranks) and its
+own rollout engine: colocated with TP 1, or one engine per tensor-parallel group with TP > 1.
 
 The memory figures are first-order (documented below), enough to choose a GPU count: mixed-
 precision AdamW keeps 16 bytes per parameter (bf16 weights 2 + bf16 grads 2 + fp32 master 4 +
@@ -43,8 +49,37 @@ def _model_geometry(path: str) -> tuple[float, int, int, int] | None:
     return KNOWN_MODELS.get(path)
 
 
-def plan(cfg: TrainConfig, gpus: int = 8, prompt_tokens: int = 512) -> dict:
+def read_accelerate_config(path: str | Path) -> dict:
+    """The launch settings that matter for the plan, from an accelerate config file."""
+    import yaml
+
+    from replication.config import ConfigError
+
+    p = Path(path)
+    if not p.is_file():
+        raise ConfigError(f"--accelerate-config {str(p)!r}: no such file")
+    raw = yaml.safe_load(p.read_text()) or {}
+    if not isinstance(raw, dict) or "distributed_type" not in raw:
+        raise ConfigError(f"--accelerate-config {str(p)!r}: not an accelerate config (no distributed_type)")
+    return {
+        "file": str(p),
+        "distributed_type": raw["distributed_type"],
+        "num_processes": int(raw.get("num_processes", 1)),
+        "mixed_precision": raw.get("mixed_precision", "no"),
+    }
+
+
+def _engine(cfg: TrainConfig) -> tuple[str, int]:
+    name = getattr(cfg.rollout, "engine", "hf")
+    tp = getattr(getattr(cfg.rollout, "vllm", None), "tensor_parallel_size", 1)
+    return name, int(tp) if name == "vllm" else 1
+
+
+def plan(cfg: TrainConfig, gpus: int | None = None, prompt_tokens: int = 512,
+         accelerate: dict | None = None) -> dict:
     r = cfg.rollout
+    world = int(gpus if gpus is not None else (accelerate or {}).get("num_processes", 8))
+    engine, tp = _engine(cfg)
     geo = _model_geometry(cfg.model.path)
     out: dict = {
         "profile": cfg.profile,
@@ -59,7 +94,21 @@ def plan(cfg: TrainConfig, gpus: int = 8, prompt_tokens: int = 512) -> dict:
         "rollouts_total": cfg.budget * cfg.steps,
         "ppo_mini_batches": cfg.rl.mini_batches,
         "max_new_tokens": r.sampling.max_new_tokens,
+        "engine": engine if engine != "vllm" else f"vllm (tensor_parallel_size={tp})",
+        "world_size": world,
+        "launch": ("--world-size" if gpus is not None else accelerate["file"] if accelerate
+                   else "default (one 8-GPU node)"),
+        # whole prompt groups per rank, balanced by rollout count (train/distributed.split_groups):
+        # each rank's share is within one group's count of C / world
+        "prompts_per_rank_per_step": round(r.prompts_per_step / world, 2),
+        "rollouts_per_rank_per_step": round(cfg.budget / world, 2),
+        "rollouts_per_rank_per_step_max": min(cfg.budget, -(-cfg.budget // world) + r.upper - 1),
     }
+    if r.prompts_per_step < world:
+        out["error"] = f"prompts_per_step={r.prompts_per_step} < world size {world}: the trainer refuses this"
+    if accelerate and accelerate["distributed_type"] == "FSDP":
+        out["error"] = ("FSDP: the trainer replicates the policy on every rank (DDP semantics) and "
+                        "refuses accelerate's FSDP config (exit 2); the per-GPU figures below are DDP's")
     if geo is None:
         out["memory"] = "unknown model geometry (no local config.json and not a known paper model)"
         return out
@@ -68,17 +117,36 @@ def plan(cfg: TrainConfig, gpus: int = 8, prompt_tokens: int = 512) -> dict:
     kv_per_token = 2 * layers * kv_heads * head_dim * 2  # K and V, bf16
     # Rollouts are generated at most upper per prompt but C in total per step.
     kv_gib = cfg.budget * (prompt_tokens + r.sampling.max_new_tokens) * kv_per_token / GIB
+    # Each rank's engine generates its share of the step; a TP group shares one engine.
+    per_engine_rollouts = min(cfg.budget, out["rollouts_per_rank_per_step_max"] * tp)
+    kv_engine_gib = per_engine_rollouts * (prompt_tokens + r.sampling.max_new_tokens) * kv_per_token / GIB
+    weights_gib = params_b * 1e9 * 2 / GIB
+    per_gpu = {
+        "train_states_gib": round(train_gib, 1),  # full replica per rank (DDP semantics)
+        "vllm_weights_gib": round(weights_gib / tp, 1) if engine == "vllm" else 0.0,
+        "kv_cache_gib_rank_share": round(kv_engine_gib / tp, 1),
+    }
+    per_gpu["total_gib"] = round(sum(per_gpu.values()), 1)
+    per_gpu["fits_80gib_gpu"] = per_gpu["total_gib"] <= 80
     out["memory"] = {
         "parameters": int(params_b * 1e9),
         "train_states_gib_total": round(train_gib, 1),
-        "train_states_gib_per_gpu_fsdp": round(train_gib / gpus, 1),
-        "vllm_weights_gib": round(params_b * 1e9 * 2 / GIB, 1),
+        "train_states_gib_per_gpu_if_sharded": round(train_gib / world, 1),
+        "vllm_weights_gib": round(weights_gib, 1),
         "kv_cache_gib_whole_step": round(kv_gib, 1),
-        "gpus_assumed": gpus,
-        "note": "first-order: activations excluded; vLLM batches the step, so its KV need is at most this",
+        "per_gpu": per_gpu,
+        "world_size": world,
+        "note": ("first-order: activations excluded; per GPU = a full training replica + the "
+                 "engine's weights and KV cache for the rank's share of the step (at most; vLLM "
+                 "schedules longer batches in waves); 'if_sharded' is what FSDP would need"),
     }
     return out
 
 
-def describe(cfg: TrainConfig, gpus: int = 8) -> str:
-    return json.dumps(plan(cfg, gpus=gpus), indent=1)
+def describe(cfg: TrainConfig, gpus: int | None = None, accelerate_config: str | Path | None = None) -> str:
+    acc = read_accelerate_config(accelerate_config) if accelerate_config else None
+    if gpus is not None and gpus < 1:
+        from replication.config import ConfigError
+
+        raise ConfigError(f"--world-size must be >= 1, got {gpus}")
+    return json.dumps(plan(cfg, gpus=gpus, accelerate=acc), indent=1)

@@ -165,6 +165,22 @@ def test_rollout_groups_do_not_depend_on_the_batch(base_model_dir):
     assert whole.completions == [t for p in parts for t in p.completions]
 
 
+def test_dry_run_prints_world_and_per_rank_plan(capsys):
+    from replication.__main__ import main
+
+    assert main(["dry-run", "--profile", "paper-vip", "--accelerate-config",
+                 str(REPO / "configs/accelerate/ddp.yaml")]) == 0
+    p = json.loads(capsys.readouterr().out)
+    assert p["world_size"] == 8 and p["launch"].endswith("ddp.yaml")
+    assert p["rollouts_per_rank_per_step"] == p["budget_per_step"] / 8
+    assert p["rollouts_per_rank_per_step_max"] >= p["rollouts_per_rank_per_step"]
+    assert "engine" in p and p["memory"]["per_gpu"]["total_gib"] > p["memory"]["per_gpu"]["train_states_gib"]
+    assert main(["dry-run", "--profile", "paper-vip", "--world-size", "2"]) == 0
+    assert json.loads(capsys.readouterr().out)["rollouts_per_rank_per_step"] == p["budget_per_step"] / 2
+    assert main(["dry-run", "--profile", "paper-vip", "--accelerate-config", "/no/such.yaml"]) == 2
+    assert "--accelerate-config" in capsys.readouterr().err
+
+
 # ------------------------------------------------------------------------- real multi-process runs
 @pytest.mark.slow
 @pytest.mark.parametrize("case", list(CASES))
@@ -203,6 +219,7 @@ def test_two_processes_kill9_then_resume(small_overrides, tmp_path):
 def test_accelerate_launch_ddp_config(small_overrides, tmp_path):
     """``accelerate launch --config_file configs/accelerate/ddp.yaml --num_processes 2`` on a CPU
     machine starts two ranks through torchrun (RANK/WORLD_SIZE set); the trainer picks gloo."""
+    pytest.importorskip("accelerate")
     one, two = tmp_path / "one", tmp_path / "two"
     _run(1, _train_args(small_overrides, one, "vip", steps=2))
     _run(2, _train_args(small_overrides, two, "vip", steps=2), how="accelerate")
