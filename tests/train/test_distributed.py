@@ -181,6 +181,16 @@ def test_dry_run_prints_world_and_per_rank_plan(capsys):
     assert "--accelerate-config" in capsys.readouterr().err
 
 
+def test_fsdp_launch_is_refused_before_compute(tmp_path, monkeypatch, capsys):
+    """accelerate's FSDP config sets ACCELERATE_USE_FSDP: the trainer (DDP semantics) exits 2."""
+    from replication.__main__ import main
+
+    monkeypatch.setenv("ACCELERATE_USE_FSDP", "true")
+    rc = main(["train", "--profile", "smoke", "--seed", "0", "--out", str(tmp_path / "x")])
+    assert rc == 2 and "FSDP" in capsys.readouterr().err
+    assert not (tmp_path / "x").exists()
+
+
 # ------------------------------------------------------------------------- real multi-process runs
 @pytest.mark.slow
 @pytest.mark.parametrize("case", list(CASES))
