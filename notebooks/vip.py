@@ -29,6 +29,7 @@ overrides = {}             # dotted config keys for every arm, e.g. {"optim.lr":
 seeds = None               # None = the section's seeds, e.g. [0]
 arms = None                # None = the section's arms, e.g. ["RLOO", "RLOO+VIP"]
 steps = None               # None = the section's steps (null there = the profile's length)
+gradvar_draws = 30         # rollout sets per allocator and checkpoint, gradient-variance section
 
 # %%
 # Cached results load; only runs missing from results/ and the run cache (.cache/runs) train.
@@ -110,6 +111,38 @@ lab_df = lab.run_lab(drift, lab.LabConfig(), seed=0)
 lab_summary = lab.summarise_lab(lab_df)
 display(lab_summary)
 lab.plot_lab(lab_df, pr.figures / "allocation_lab.png");
+
+# %% [markdown]
+# ## Gradient variance on the real model (issue 10)
+#
+# At three checkpoints of a uniform RLOO run (steps 0, ⅓ and all of the profile's) and one fixed
+# batch of training prompts, every allocator plans the same budget 30 times; each plan gets fresh
+# rollouts and gives one policy-gradient vector (the trainer's loss at ratio 1, token-mean over the
+# set). Ratios to uniform with bootstrap 95 % CIs: total variance tr Cov(g), noise-to-signal
+# tr Cov(g)/‖E g‖² (with token-mean the allocation also changes E g, so this is the scale-free
+# comparison) and the share of rollouts with a non-zero advantage. Stateful allocators are warmed
+# by replaying the uniform run's per-prompt records; vip-oracle is told p from 64 rollouts per prompt
+# (replication/analysis/gradient_variance.py). The allocation lab's simulated ratios stand beside them.
+
+# %%
+from replication.analysis import gradient_variance as gva
+from replication.report import gradient_variance as gvr
+gv_df = gva.measure(pr.profile, gva.baseline_overrides(section, "RLOO", params_file, overrides),
+                    pr.out / "gradient_variance", draws=gradvar_draws, reference_draws=gradvar_draws)
+gv_table, gv_lab = gvr.variance_table(gv_df), gvr.lab_comparison(gv_df, lab_summary, estimator="rloo")
+display(gv_table)
+display(gv_lab)
+tables.write_tables({"gradient_variance": gv_table, "gradient_variance_vs_lab": gv_lab}, pr.tables)
+gvr.plot_gradient_variance(gv_df, pr.figures / "gradient_variance.png");
+
+# %% [markdown]
+# ## Is each mechanism engaged? Sample efficiency and the regime diagnostics (issue 10)
+#
+# Training score = mean over prompts of per-prompt success (independent of the allocation).
+
+# %%
+from replication.report import diagnostics
+issue10 = diagnostics.mechanism_report(pr, "RLOO", vip="RLOO+VIP", predictor_mae=pred_summary)
 
 # %% [markdown]
 # ## Conclusion (generated from the numbers above)

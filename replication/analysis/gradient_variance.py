@@ -479,18 +479,37 @@ def run_grad_variance(cfg: TrainConfig, run_dir: str | Path, out_dir: str | Path
 # ----------------------------------------------------------------------------- notebooks
 
 
-def measure(profile: str, overrides: dict | None, out_dir: str | Path, cache_root: str | Path = ".cache/gradvar",
+def baseline_overrides(section: str, baseline: str, params_file: str | Path = "params.yaml",
+                       overrides: dict | None = None) -> dict:
+    """The config overrides of a paper's baseline arm: params.yaml's ``base`` + the arm's keys +
+    the notebook's ``overrides`` (what the measured uniform run must share with the paper's arms)."""
+    from replication.orchestration.grid import load_section
+
+    sec = load_section(section, params_file)
+    if baseline not in (sec.get("arms") or {}):
+        raise ValueError(f"{section}: no arm {baseline!r} in {params_file}; arms: {sorted(sec.get('arms') or {})}")
+    return {**(sec.get("base") or {}), **sec["arms"][baseline], **dict(overrides or {})}
+
+
+def measure(profile: str, overrides: dict | None, out_dir: str | Path, cache_root: str | Path | None = None,
             log: Callable[[str], None] = print, **settings) -> pd.DataFrame:
     """What a paper notebook calls: ``run_grad_variance`` for ``profile`` + ``overrides`` (the
     paper's base keys), cached under ``cache_root/<key>`` where the key hashes the resolved
     training config, the measurement settings, the base model's files and this module's source —
     so the papers that share a base (DynaMO and GDRO) measure once. Copies the CSV/JSON to
-    ``out_dir`` and returns the frame. ``settings``: GradVarConfig fields (steps, draws, ...)."""
+    ``out_dir`` and returns the frame. ``settings``: GradVarConfig fields (steps, draws, ...);
+    steps None = (0, a third of the profile's steps, all of them). ``cache_root`` None =
+    $REPLICATION_RUN_CACHE/gradvar (the run cache's root, default .cache/runs)."""
     import hashlib
+    import os
 
     from replication.config import load_profile
 
     cfg = load_profile(profile, dict(overrides or {}))
+    if settings.get("steps") is None:
+        settings["steps"] = tuple(dict.fromkeys((0, max(1, cfg.steps // 3), cfg.steps)))
+    if cache_root is None:
+        cache_root = Path(os.environ.get("REPLICATION_RUN_CACHE", ".cache/runs")) / "gradvar"
     gv = GradVarConfig(**settings)
     h = hashlib.sha256()
     h.update(json.dumps({"cfg": to_dict(cfg), "gv": dataclasses.asdict(gv)}, sort_keys=True, default=str).encode())

@@ -108,3 +108,45 @@ def format_diagnostics(df: pd.DataFrame) -> str:
     out["pass"] = out["pass"].map(lambda v: "—" if v is None or (isinstance(v, float) and np.isnan(v))
                                   else ("PASS" if v else "FAIL"))
     return out.to_string(index=False)
+
+
+def mean_at_k(eval_df: pd.DataFrame) -> str:
+    """The runs' mean@k metric name (k is the profile's eval.k)."""
+    names = sorted({m for m in eval_df["metric"].unique() if str(m).startswith("mean@")})
+    if len(names) != 1:
+        raise ValueError(f"expected one mean@k metric in the evaluations, found {names}")
+    return names[0]
+
+
+def mechanism_report(pr, baseline: str, *, vip: str | None = None, prompt_gdro: str | None = None,
+                     rollout_gdro: str | None = None, dynamo: str | None = None,
+                     predictor_mae: pd.DataFrame | None = None, window: int = 20,
+                     show=print) -> dict[str, pd.DataFrame]:
+    """What each paper notebook prints for issue 10 (points 1 and 4) from a PaperRun (``pr``:
+    steps, prompts, ev, tables): when each mechanism engages, sample efficiency against
+    ``baseline``, and the regime diagnostics with their targets. Arms that did not run are
+    skipped; the tables are written to pr.tables (engagement, sample_efficiency, diagnostics)."""
+    from replication.report.engagement import describe_engagement, engagement_summary
+    from replication.report.sample_efficiency import describe_sample_efficiency, sample_efficiency
+    from replication.report.tables import write_tables
+
+    ran = set(pr.steps["arm"])
+    if baseline not in ran:
+        show(f"baseline {baseline!r} did not run: no issue-10 diagnostics")
+        return {}
+    arms = {k: (v if v in ran else None) for k, v in
+            dict(vip=vip, prompt_gdro=prompt_gdro, rollout_gdro=rollout_gdro, dynamo=dynamo).items()}
+    metric = mean_at_k(pr.ev)
+    eng = engagement_summary(engagement(pr.steps, pr.prompts))
+    show("When is each mechanism engaged? (first step where it departs from the baseline's behaviour)")
+    show(describe_engagement(eng))
+    se = sample_efficiency(pr.steps, pr.ev, baseline, metric=metric, window=window)
+    show("\nSample efficiency: rollouts to the baseline's final scores (mean [95 % CI] over the seeds that reach it)")
+    show(describe_sample_efficiency(se))
+    diag = issue10_diagnostics(pr.steps, pr.prompts, pr.ev, baseline, metric=metric, window=window,
+                               predictor_mae=predictor_mae if arms["vip"] else None, **arms)
+    show("\nRegime diagnostics (issue 10): is the small-scale setting a fair test of the mechanism?")
+    show(format_diagnostics(diag))
+    se_cols = [c for c in se.columns if not c.endswith(("_mean", "_lo", "_hi"))]
+    write_tables({"engagement": eng, "sample_efficiency": se[se_cols], "diagnostics": diag}, pr.tables)
+    return {"engagement": eng, "sample_efficiency": se, "diagnostics": diag}

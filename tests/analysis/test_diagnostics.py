@@ -73,3 +73,30 @@ def test_small_or_uncertain_gain_fails():
     assert d["pass"].tolist()[:2] == [False, False]
     with pytest.raises(ValueError, match="no held-out rows"):
         heldout_gain(ev, "nope")
+
+
+def test_mechanism_report_writes_tables_and_skips_arms_that_did_not_run(tmp_path):
+    from types import SimpleNamespace
+
+    from replication.report.diagnostics import mechanism_report
+
+    ev = pd.DataFrame(_eval("uni", [0.05, 0.04, 0.045]))
+    prompts = pd.DataFrame(_prompts("uni", 20, 4, 20))
+    steps = pd.DataFrame(_steps("uni", 20))
+    pr = SimpleNamespace(steps=steps, prompts=prompts, ev=ev, tables=tmp_path)
+    shown = []
+    out = mechanism_report(pr, "uni", vip="not-run", dynamo="not-run", show=shown.append)
+    assert set(out) == {"engagement", "sample_efficiency", "diagnostics"}
+    assert not any("VIP" in d or "DynaMO" in d for d in out["diagnostics"]["diagnostic"])
+    assert (tmp_path / "diagnostics.md").exists() and (tmp_path / "sample_efficiency.csv").exists()
+    assert any("PASS" in s for s in shown)
+    assert mechanism_report(pr, "absent", show=shown.append) == {}
+
+
+def test_baseline_overrides_merge_base_arm_and_notebook_keys():
+    from replication.analysis.gradient_variance import baseline_overrides
+
+    o = baseline_overrides("vip", "RLOO", overrides={"optim.lr": 1e-4})
+    assert o["rl.estimator"] == "rloo" and o["rollout.mean_rollouts"] == 8 and o["optim.lr"] == 1e-4
+    with pytest.raises(ValueError, match="no arm"):
+        baseline_overrides("vip", "nope")
