@@ -57,16 +57,22 @@ def _common(p: argparse.ArgumentParser) -> None:
 
 
 def build_parser() -> argparse.ArgumentParser:
+    # Choices come from the registries: a new method is one decorated class plus its config.
+    from replication.allocation import ALLOCATORS, PROMPT_WEIGHTS
+    from replication.rl.advantages import ADVANTAGE_ESTIMATORS
+    from replication.rl.modulation import MODULATIONS
+
     ap = argparse.ArgumentParser(prog="python -m replication", description=__doc__,
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = ap.add_subparsers(dest="cmd", required=True)
 
     t = sub.add_parser("train", help="online RL with a rollout allocator")
     _common(t)
-    t.add_argument("--allocator", help="registered allocator name (uniform, vip, dynamo, ...)")
-    t.add_argument("--estimator", choices=["grpo", "drgrpo", "rloo"])
-    t.add_argument("--modulation", choices=["dynamo", "none"])
-    t.add_argument("--prompt-weights", choices=["gdro", "none"])
+    t.add_argument("--allocator", metavar="NAME",  # checked by config validation (names the key)
+                   help=f"registered allocator: {', '.join(ALLOCATORS.names())}")
+    t.add_argument("--estimator", choices=ADVANTAGE_ESTIMATORS.names())
+    t.add_argument("--modulation", choices=[*MODULATIONS.names(), "none"])
+    t.add_argument("--prompt-weights", choices=[*PROMPT_WEIGHTS.names(), "none"])
     t.add_argument("--seed", type=int, required=True)
     t.add_argument("--max-steps", type=int, help="stop after N steps (default: the profile's)")
     t.add_argument("--out", required=True, type=Path)
@@ -107,7 +113,7 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument("--oracle-samples", type=int, default=64, help="rollouts per prompt estimating the true p")
     g.add_argument("--prompts", type=int, help="fixed batch size Q (default: the profile's prompts_per_step)")
     g.add_argument("--methods", help="comma-separated subset of the methods (default: all)")
-    g.add_argument("--estimator", choices=["grpo", "drgrpo", "rloo"])
+    g.add_argument("--estimator", choices=ADVANTAGE_ESTIMATORS.names())
     g.add_argument("--seed", type=int, default=0,
                    help="seed of the measurement (batch, rollouts, bootstrap); the run uses the profile's")
     g.add_argument("--bootstrap", type=int, default=2000)

@@ -47,16 +47,24 @@ class TaskConfig:
     """Passed to the task pool builder (task mix, pool size, held-out sets, seeds)."""
 
 
-@dataclasses.dataclass
-class SamplingSection:
+@dataclasses.dataclass(frozen=True)
+class SamplingConfig:
+    """Sampling parameters of one generate call (``rollout.sampling`` in a profile; the rollout
+    engines take it as is)."""
+
     temperature: float = 1.0
-    """Training sampling temperature (VIP, DynaMO: 1.0; GDRO paper text 0.6, scripts 1.0)."""
+    """Sampling temperature (VIP, DynaMO: 1.0; GDRO paper text 0.6, scripts 1.0)."""
     top_p: float = 1.0
     """Nucleus mass (GDRO: 0.8)."""
     top_k: int = 0
     """Top-k, 0 = off (GDRO: 20)."""
-    max_new_tokens: int = 8
-    """Longest completion (VIP: 10k tokens at paper scale)."""
+    max_new_tokens: int = 16
+    """Longest completion in tokens (engine default 16; a profile's ``rollout.sampling`` defaults
+    to 8, the tiny task's longest answer; VIP: 10k tokens at paper scale)."""
+
+
+TRAIN_MAX_NEW_TOKENS = 8
+"""``rollout.sampling.max_new_tokens`` when a profile does not set it."""
 
 
 @dataclasses.dataclass
@@ -69,12 +77,13 @@ class RolloutConfig:
     """Smallest per-prompt count an adaptive allocator may give (VIP code 4, GDRO 2, DynaMO 8)."""
     upper: int = 16
     """Largest per-prompt count (VIP 16/32, GDRO 12, DynaMO 24)."""
-    sampling: SamplingSection = dataclasses.field(default_factory=SamplingSection)
+    sampling: SamplingConfig = dataclasses.field(
+        default_factory=lambda: SamplingConfig(max_new_tokens=TRAIN_MAX_NEW_TOKENS))
     """Sampling parameters of training rollouts."""
 
 
 @dataclasses.dataclass
-class AllocatorSection:
+class AllocatorConfig:
     name: str = "uniform"
     """Registered allocator name (uniform, vip, dynamo, rollout-gdro, gdro-sqrt-law, ...)."""
     options: dict = dataclasses.field(default_factory=dict)
@@ -98,7 +107,8 @@ class OptimConfig:
 @dataclasses.dataclass
 class RLConfig:
     estimator: str = "grpo"
-    """Advantage estimator: grpo (std-normalised), drgrpo (mean-centred), rloo."""
+    """Advantage estimator (registered in ``rl.advantages``): grpo (std-normalised), drgrpo
+    (mean-centred), rloo."""
     clip_low: float = 0.2
     """PPO ε_low (all three papers: 0.2)."""
     clip_high: float = 0.28
@@ -107,6 +117,9 @@ class RLConfig:
     """Dual-clip constant c for negative advantages (VIP code: 10); None = off."""
     kl_coef: float = 0.0
     """Low-variance KL coefficient to the reference policy (GDRO: 0.001; VIP, DynaMO: 0)."""
+    kl_estimator: str = "low_var_kl"
+    """Per-token KL estimator (registered in ``rl.kl``): GDRO's verl config uses ``low_var_kl``
+    (k3); ``k1``, ``k2`` are the alternatives. Used only when ``kl_coef > 0``."""
     aggregation: str = "token-mean"
     """Loss aggregation (all three papers: token-mean)."""
     mini_batches: int = 2
@@ -114,13 +127,16 @@ class RLConfig:
     ppo_epochs: int = 1
     """Passes over the step's rollouts."""
     modulation: str | None = None
-    """Token-level advantage modulation: None or 'dynamo' (DynaMO §B)."""
+    """Token-level advantage modulation (registered in ``rl.modulation.MODULATIONS``): None or
+    'dynamo' (DynaMO §B)."""
     modulation_options: dict = dataclasses.field(default_factory=dict)
-    """DynaMOConfig fields, e.g. {'enable_comp': False} for the stabilisation-only ablation."""
+    """Fields of the modulation's config (DynaMOConfig), e.g. {'enable_comp': False} for the
+    stabilisation-only ablation."""
     prompt_weights: str | None = None
-    """Per-prompt advantage weights: None or 'gdro' (Prompt-GDRO)."""
+    """Per-prompt advantage weights (registered in ``allocation.PROMPT_WEIGHTS``): None or 'gdro'
+    (Prompt-GDRO)."""
     prompt_weights_options: dict = dataclasses.field(default_factory=dict)
-    """PromptGDRO config fields."""
+    """Fields of the weighting's ``Config`` (PromptGDROConfig)."""
     reward_positive: float = 1.0
     """Reward of a correct rollout."""
     reward_negative: float = 0.0
@@ -153,15 +169,13 @@ class TrainConfig:
     """Seed of everything: prompt order, sampling, allocator."""
     checkpoint_every: int = 50
     """Steps between checkpoints (resume restarts from the last one)."""
-    eval_every: int = 0
-    """Steps between held-out evaluations during training (0 = only before and after)."""
     model: ModelConfig = dataclasses.field(default_factory=ModelConfig)
     """Policy model."""
     task: TaskConfig = dataclasses.field(default_factory=TaskConfig)
     """Prompt pools and verifier."""
     rollout: RolloutConfig = dataclasses.field(default_factory=RolloutConfig)
     """Budget and sampling."""
-    allocator: AllocatorSection = dataclasses.field(default_factory=AllocatorSection)
+    allocator: AllocatorConfig = dataclasses.field(default_factory=AllocatorConfig)
     """Rollout allocator."""
     optim: OptimConfig = dataclasses.field(default_factory=OptimConfig)
     """Optimizer."""
@@ -193,8 +207,20 @@ def from_dict(cls: type, data: dict, path: str = "") -> Any:
     kwargs = {}
     for name, value in data.items():
         key = f"{path}.{name}" if path else name
+        f = fields[name]
+        if (dataclasses.is_dataclass(hints[name]) and isinstance(value, dict)
+                and f.default_factory is not dataclasses.MISSING):
+            # a partly given section keeps this field's own defaults for the rest
+            # (rollout.sampling: max_new_tokens 8, where the engine's SamplingConfig says 16)
+            default = f.default_factory()
+            value = {**{g.name: getattr(default, g.name) for g in dataclasses.fields(default)}, **value}
         kwargs[name] = _coerce(hints[name], value, key)
-    return cls(**kwargs)
+    try:
+        return cls(**kwargs)
+    except ConfigError:
+        raise
+    except (TypeError, ValueError) as e:  # the dataclass's own checks (__post_init__)
+        raise ConfigError(f"{path or cls.__name__}: {e}") from None
 
 
 def _coerce(tp: Any, value: Any, key: str) -> Any:
@@ -280,10 +306,25 @@ def load_profile(name: str, overrides: dict | None = None) -> TrainConfig:
     return cfg
 
 
+def check_name(registry: Any, value: Any, key: str, optional: bool = False) -> None:
+    """``value`` must be registered in ``registry`` (None allowed when ``optional``)."""
+    if optional and value is None:
+        return
+    if value not in registry:
+        none = " (or null)" if optional else ""
+        raise ConfigError(f"{key}: unknown {registry.kind} {value!r}; known: {registry.names()}{none}")
+
+
 def validate(cfg: TrainConfig) -> None:
-    """Range checks that name the key; called before any compute."""
-    from replication.allocation import available_allocators
-    from replication.rl import ADVANTAGE_ESTIMATORS
+    """Range checks and registered names, each error naming its key; called before any compute.
+
+    Names (allocator, estimator, modulation, prompt weights, KL estimator) are checked against
+    their registries and their option dicts against the registered config dataclass, so a new
+    method is one decorated class plus its config."""
+    from replication.allocation import ALLOCATORS, PROMPT_WEIGHTS
+    from replication.rl.advantages import ADVANTAGE_ESTIMATORS
+    from replication.rl.kl import KL_ESTIMATORS
+    from replication.rl.modulation import MODULATIONS
 
     def need(cond: bool, key: str, msg: str) -> None:
         if not cond:
@@ -300,24 +341,26 @@ def validate(cfg: TrainConfig) -> None:
     need(0 < r.sampling.top_p <= 1, "rollout.sampling.top_p", "must be in (0, 1]")
     need(r.sampling.top_k >= 0, "rollout.sampling.top_k", "must be >= 0")
     need(r.sampling.max_new_tokens >= 1, "rollout.sampling.max_new_tokens", "must be >= 1")
-    need(
-        cfg.allocator.name in available_allocators(),
-        "allocator.name",
-        f"unknown allocator {cfg.allocator.name!r}; known: {available_allocators()}",
-    )
-    need(
-        cfg.rl.estimator in ADVANTAGE_ESTIMATORS,
-        "rl.estimator",
-        f"unknown estimator {cfg.rl.estimator!r}; known: {sorted(ADVANTAGE_ESTIMATORS)}",
-    )
+    check_name(ALLOCATORS, cfg.allocator.name, "allocator.name")
+    check_name(ADVANTAGE_ESTIMATORS, cfg.rl.estimator, "rl.estimator")
+    check_name(KL_ESTIMATORS, cfg.rl.kl_estimator, "rl.kl_estimator")
+    check_name(MODULATIONS, cfg.rl.modulation, "rl.modulation", optional=True)
+    check_name(PROMPT_WEIGHTS, cfg.rl.prompt_weights, "rl.prompt_weights", optional=True)
+    if cfg.rl.modulation is not None:
+        from_dict(MODULATIONS.get(cfg.rl.modulation), cfg.rl.modulation_options, "rl.modulation_options")
+    if cfg.rl.prompt_weights is not None:
+        from_dict(PROMPT_WEIGHTS.get(cfg.rl.prompt_weights).Config, cfg.rl.prompt_weights_options,
+                  "rl.prompt_weights_options")
+    alloc_fields = {f.name for f in dataclasses.fields(ALLOCATORS.get(cfg.allocator.name).Config)}
+    unknown = sorted(set(cfg.allocator.options) - alloc_fields)
+    need(not unknown, f"allocator.options.{unknown[0] if unknown else ''}",
+         f"unknown option for allocator {cfg.allocator.name!r}; allowed: {sorted(alloc_fields)}")
     need(0 <= cfg.rl.clip_low < 1, "rl.clip_low", "must be in [0, 1)")
     need(cfg.rl.clip_high >= 0, "rl.clip_high", "must be >= 0")
     need(cfg.rl.dual_clip is None or cfg.rl.dual_clip > 1, "rl.dual_clip", "must be > 1 or null")
     need(cfg.rl.kl_coef >= 0, "rl.kl_coef", "must be >= 0")
     need(cfg.rl.mini_batches >= 1, "rl.mini_batches", "must be >= 1")
     need(cfg.rl.ppo_epochs >= 1, "rl.ppo_epochs", "must be >= 1")
-    need(cfg.rl.modulation in (None, "dynamo"), "rl.modulation", "must be null or 'dynamo'")
-    need(cfg.rl.prompt_weights in (None, "gdro"), "rl.prompt_weights", "must be null or 'gdro'")
     need(cfg.rl.reward_positive > cfg.rl.reward_negative, "rl.reward_positive", "must exceed reward_negative")
     need(cfg.optim.lr > 0, "optim.lr", "must be > 0")
     need(cfg.optim.grad_clip > 0, "optim.grad_clip", "must be > 0")

@@ -5,14 +5,9 @@ Importable without the training stack: numpy + scipy (gpytorch only for the VIP 
 Every allocator is registered by name: ``make_allocator("vip", lower=4, upper=32, pool=...)``.
 """
 
-from replication.allocation.base import (
-    ALLOCATORS,
-    Allocator,
-    PromptPool,
-    available_allocators,
-    make_allocator,
-    register_allocator,
-)
+from typing import Any as _Any
+
+from replication.allocation.base import ALLOCATORS, PROMPT_WEIGHTS, Allocator, PromptPool, register_allocator
 
 # --- maths: variance objectives and exact solvers
 from replication.allocation.solvers import (
@@ -71,8 +66,18 @@ from replication.allocation.gdro_sqrt_law import GDROSqrtLaw
 from replication.allocation.prompt_gdro import PromptGDRO, PromptGDROConfig, soft_worst_group
 from replication.allocation.rollout_gdro import RolloutGDRO, max_joint_probability_config
 
+
+def make_allocator(name: str, **kwargs: _Any) -> Allocator:
+    """Build a registered allocator; unknown names and unknown options raise ValueError."""
+    return ALLOCATORS.get(name)(**kwargs)
+
+
+def available_allocators() -> list[str]:
+    return ALLOCATORS.names()
+
 __all__ = [
     "ALLOCATORS",
+    "PROMPT_WEIGHTS",
     "Allocator",
     "PromptPool",
     "available_allocators",

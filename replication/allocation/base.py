@@ -1,4 +1,4 @@
-"""The allocator interface and its registry.
+"""The allocator interface and its registry (``make_allocator`` lives in the package).
 
 An allocator decides how many rollouts each prompt of a step gets (``plan``) and learns from
 what the rollouts returned (``observe``). It never sees model tensors: only prompt ids, counts,
@@ -25,38 +25,25 @@ from typing import Any, ClassVar
 
 import numpy as np
 
-ALLOCATORS: dict[str, type["Allocator"]] = {}
+from replication.registry import Registry
+
+ALLOCATORS: Registry[type["Allocator"]] = Registry("allocator")
+"""Every allocator class by name; the package ``replication.allocation`` registers the built-ins."""
+
+PROMPT_WEIGHTS: Registry[type] = Registry("prompt weighting")
+"""Per-prompt advantage weighting name → class with a ``Config`` dataclass, built as
+``cls(config=...)`` (config ``rl.prompt_weights``; the CLI's ``--prompt-weights`` choices)."""
 
 
 def register_allocator(name: str) -> Callable[[type["Allocator"]], type["Allocator"]]:
     """Class decorator: make an allocator constructible by name (``make_allocator(name)``)."""
 
     def deco(cls: type["Allocator"]) -> type["Allocator"]:
-        if name in ALLOCATORS:
-            raise ValueError(f"allocator name {name!r} registered twice")
-        ALLOCATORS[name] = cls
+        ALLOCATORS.register(name, cls)
         cls.name = name
         return cls
 
     return deco
-
-
-def make_allocator(name: str, **kwargs: Any) -> "Allocator":
-    """Build a registered allocator; unknown names and unknown options raise ValueError."""
-    _ensure_registered()
-    if name not in ALLOCATORS:
-        raise ValueError(f"unknown allocator {name!r}; known: {sorted(ALLOCATORS)}")
-    return ALLOCATORS[name](**kwargs)
-
-
-def available_allocators() -> list[str]:
-    _ensure_registered()
-    return sorted(ALLOCATORS)
-
-
-def _ensure_registered() -> None:
-    # Importing the package registers every built-in allocator.
-    import replication.allocation  # noqa: F401
 
 
 @dataclasses.dataclass(frozen=True)
@@ -97,24 +84,34 @@ def check_prompt_ids(prompt_ids: Sequence[Hashable]) -> list[Hashable]:
     return ids
 
 
+def as_int(name: str, value: Any) -> int:
+    """``value`` as an int when it is a whole number (3, 3.0, np.int64(3)); else ValueError."""
+    try:
+        ok = not isinstance(value, bool) and np.isfinite(value) and int(value) == value
+    except (TypeError, ValueError):
+        ok = False
+    if not ok:
+        raise ValueError(f"{name} must be an integer, got {value!r}")
+    return int(value)
+
+
+def check_feasible(n: int, budget: float, lower: float, upper: float, tol: float = 0.0) -> None:
+    """The one budget-feasibility check: ``n`` prompts with counts in [lower, upper] can sum to
+    ``budget`` (within ``tol`` for real-valued allocations)."""
+    if upper < lower:
+        raise ValueError(f"upper ({upper}) is below lower ({lower})")
+    if budget < n * lower - tol or budget > n * upper + tol:
+        raise ValueError(
+            f"infeasible budget {budget}: {n} prompts need between {n}*{lower}={n * lower} and "
+            f"{n}*{upper}={n * upper} rollouts"
+        )
+
+
 def check_budget(n_prompts: int, budget: int, lower: int, upper: int) -> int:
-    if isinstance(budget, bool) or int(budget) != budget:
-        raise ValueError(f"budget must be an integer, got {budget!r}")
-    budget = int(budget)
+    budget = as_int("budget", budget)
     if lower < 1:
         raise ValueError(f"lower bound must be >= 1, got {lower}")
-    if upper < lower:
-        raise ValueError(f"upper bound {upper} is below lower bound {lower}")
-    if budget < n_prompts * lower:
-        raise ValueError(
-            f"infeasible budget {budget}: {n_prompts} prompts need at least "
-            f"{n_prompts}*{lower}={n_prompts * lower} rollouts (lower={lower})"
-        )
-    if budget > n_prompts * upper:
-        raise ValueError(
-            f"infeasible budget {budget}: {n_prompts} prompts take at most "
-            f"{n_prompts}*{upper}={n_prompts * upper} rollouts (upper={upper})"
-        )
+    check_feasible(n_prompts, budget, lower, upper)
     return budget
 
 
@@ -166,6 +163,9 @@ class Allocator(ABC):
     implement ``_plan`` and, if they learn, ``_observe`` and the state hooks."""
 
     name: ClassVar[str] = "base"
+    classifier: Any = None
+    """The allocator's GDRO difficulty classifier (``DifficultyClassifier``) when it keeps one,
+    updated by its own ``observe``; None otherwise. The trainer reads bins from it."""
 
     @dataclasses.dataclass
     class Config:

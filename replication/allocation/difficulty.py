@@ -22,6 +22,8 @@ from typing import Any
 
 import numpy as np
 
+from replication.allocation.base import successes_per_prompt
+
 UNSEEN_POLICIES = ("prior_bin", "zero_score")
 
 
@@ -59,10 +61,7 @@ class DifficultyConfig:
 
 def any_correct(counts: np.ndarray, rewards: np.ndarray) -> np.ndarray:
     """c(x) per prompt from the flat reward layout np.repeat(ids, counts); success = reward > 0."""
-    counts = np.asarray(counts, dtype=np.int64)
-    owner = np.repeat(np.arange(len(counts)), counts)
-    hits = np.bincount(owner, weights=(np.asarray(rewards) > 0).astype(np.float64), minlength=len(counts))
-    return hits > 0
+    return successes_per_prompt(np.asarray(counts, dtype=np.int64), np.asarray(rewards)) > 0
 
 
 class DifficultyClassifier:

@@ -26,32 +26,25 @@ from typing import Any
 
 import numpy as np
 
+from replication.registry import Registry
+
 Embedder = Callable[[Sequence[str]], np.ndarray]
 
-EMBEDDERS: dict[str, Callable[..., Embedder]] = {}
+EMBEDDERS: Registry[Callable[..., Embedder]] = Registry("embedder")
 
 
 def register_embedder(name: str) -> Callable[[Callable[..., Embedder]], Callable[..., Embedder]]:
     """Decorator: make an embedder factory constructible by name."""
-
-    def deco(factory: Callable[..., Embedder]) -> Callable[..., Embedder]:
-        if name in EMBEDDERS:
-            raise ValueError(f"embedder name {name!r} registered twice")
-        EMBEDDERS[name] = factory
-        return factory
-
-    return deco
+    return EMBEDDERS.register(name)
 
 
 def make_embedder(name: str, **opts: Any) -> Embedder:
     """Build a registered embedder; unknown names raise ValueError listing the known ones."""
-    if name not in EMBEDDERS:
-        raise ValueError(f"unknown embedder {name!r}; known: {sorted(EMBEDDERS)}")
-    return EMBEDDERS[name](**opts)
+    return EMBEDDERS.get(name)(**opts)
 
 
 def available_embedders() -> list[str]:
-    return sorted(EMBEDDERS)
+    return EMBEDDERS.names()
 
 
 def l2_normalise(x: np.ndarray) -> np.ndarray:

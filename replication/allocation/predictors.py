@@ -24,14 +24,14 @@ from typing import Any, ClassVar
 import numpy as np
 from scipy.special import expit, logit
 
-PREDICTORS: dict[str, type["SuccessPredictor"]] = {}
+from replication.registry import Registry
+
+PREDICTORS: Registry[type["SuccessPredictor"]] = Registry("predictor")
 
 
 def register_predictor(name: str) -> Callable[[type["SuccessPredictor"]], type["SuccessPredictor"]]:
     def deco(cls: type["SuccessPredictor"]) -> type["SuccessPredictor"]:
-        if name in PREDICTORS:
-            raise ValueError(f"predictor name {name!r} registered twice")
-        PREDICTORS[name] = cls
+        PREDICTORS.register(name, cls)
         cls.name = name
         return cls
 
@@ -43,9 +43,7 @@ def make_predictor(
 ) -> "SuccessPredictor":
     """Build a registered predictor over a pool given by its embeddings (or just its size, for
     predictors that do not use embeddings). Unknown names and options raise ValueError."""
-    if name not in PREDICTORS:
-        raise ValueError(f"unknown predictor {name!r}; known: {sorted(PREDICTORS)}")
-    cls = PREDICTORS[name]
+    cls = PREDICTORS.get(name)
     config_cls = cls.config_class()
     names = {f.name for f in dataclasses.fields(config_cls)}
     unknown = sorted(set(opts) - names)
@@ -57,7 +55,7 @@ def make_predictor(
 
 
 def available_predictors() -> list[str]:
-    return sorted(PREDICTORS)
+    return PREDICTORS.names()
 
 
 class SuccessPredictor(ABC):

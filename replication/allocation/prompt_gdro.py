@@ -32,6 +32,8 @@ from typing import Any
 
 import numpy as np
 
+from replication.allocation.base import PROMPT_WEIGHTS
+
 WEIGHT_MODES = ("omega", "q_mean1")
 
 
@@ -72,6 +74,9 @@ class PromptGDROConfig:
     """'omega': w_i = min(ω_b(i), ω_max), unnormalised (paper). 'q_mean1': q rescaled to mean 1
     over the batch's rollout rows, then capped (official code)."""
 
+    def __post_init__(self) -> None:
+        self.validate()
+
     def validate(self) -> None:
         if isinstance(self.n_bins, bool) or int(self.n_bins) != self.n_bins or self.n_bins < 1:
             raise ValueError(f"n_bins must be an integer >= 1, got {self.n_bins!r}")
@@ -91,8 +96,11 @@ class PromptGDROConfig:
             raise ValueError(f"mode must be one of {WEIGHT_MODES}, got {self.mode!r}")
 
 
+@PROMPT_WEIGHTS.register("gdro")
 class PromptGDRO:
     """EMA-debiased GDRO-EXP3P prompt weighter over difficulty bins."""
+
+    Config = PromptGDROConfig
 
     def __init__(self, config: PromptGDROConfig | None = None, **options: Any) -> None:
         if config is None:

@@ -18,6 +18,8 @@ from __future__ import annotations
 
 import numpy as np
 
+from replication.allocation.base import as_int, check_feasible
+
 from replication.allocation.variance import (
     VarianceEstimator,
     drgrpo_factor,
@@ -68,16 +70,6 @@ _CLOSED_FORMS = {
 # ----------------------------------------------------------------------------- validation
 
 
-def _as_int(name: str, value) -> int:
-    try:
-        ok = not isinstance(value, bool) and np.isfinite(value) and int(value) == value
-    except (TypeError, ValueError):
-        ok = False
-    if not ok:
-        raise ValueError(f"{name} must be an integer, got {value!r}")
-    return int(value)
-
-
 def _validate(a, budget, lower, upper, estimator: str, integer: bool):
     est: VarianceEstimator = get_variance_estimator(estimator)
     if not est.convex or est.name not in _CLOSED_FORMS:
@@ -97,7 +89,7 @@ def _validate(a, budget, lower, upper, estimator: str, integer: bool):
         i = int(np.flatnonzero(arr < 0)[0])
         raise ValueError(f"a must be >= 0 (a = p(1-p)); a[{i}] = {arr[i]}")
     if integer:
-        lower, upper, budget = _as_int("lower", lower), _as_int("upper", upper), _as_int("budget", budget)
+        lower, upper, budget = as_int("lower", lower), as_int("upper", upper), as_int("budget", budget)
     else:
         lower, upper, budget = float(lower), float(upper), float(budget)
         if not (np.isfinite(lower) and np.isfinite(upper) and np.isfinite(budget)):
@@ -105,14 +97,7 @@ def _validate(a, budget, lower, upper, estimator: str, integer: bool):
     if lower < est.min_lower:
         why = {"drgrpo": "f(n)=(n-1)/n^2 is not convex below n=3", "rloo": "f(n)=1/(n-1) is undefined at n=1"}
         raise ValueError(f"lower={lower} is below {est.min_lower} for estimator {estimator!r}: {why[est.name]}")
-    if upper < lower:
-        raise ValueError(f"upper ({upper}) is below lower ({lower})")
-    q = arr.size
-    if budget < q * lower or budget > q * upper:
-        raise ValueError(
-            f"infeasible budget {budget}: {q} prompts need between {q}*{lower}={q * lower} and "
-            f"{q}*{upper}={q * upper} rollouts"
-        )
+    check_feasible(arr.size, budget, lower, upper)
     return arr, budget, lower, upper, est.name
 
 

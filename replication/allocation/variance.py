@@ -24,6 +24,8 @@ from collections.abc import Callable
 
 import numpy as np
 
+from replication.registry import Registry
+
 # ----------------------------------------------------------------------------- Bernoulli
 
 
@@ -116,20 +118,16 @@ class VarianceEstimator:
     """Where the formula comes from."""
 
 
-VARIANCE_ESTIMATORS: dict[str, VarianceEstimator] = {}
+VARIANCE_ESTIMATORS: Registry[VarianceEstimator] = Registry("estimator")
+"""Advantage estimator name → its per-prompt gradient-variance model (allocators' objective)."""
 
 
 def register_variance_estimator(est: VarianceEstimator) -> VarianceEstimator:
-    if est.name in VARIANCE_ESTIMATORS:
-        raise ValueError(f"variance estimator {est.name!r} registered twice")
-    VARIANCE_ESTIMATORS[est.name] = est
-    return est
+    return VARIANCE_ESTIMATORS.register(est.name, est)
 
 
 def get_variance_estimator(name: str) -> VarianceEstimator:
-    if name not in VARIANCE_ESTIMATORS:
-        raise ValueError(f"unknown estimator {name!r}; known: {sorted(VARIANCE_ESTIMATORS)}")
-    return VARIANCE_ESTIMATORS[name]
+    return VARIANCE_ESTIMATORS.get(name)
 
 
 register_variance_estimator(
@@ -162,4 +160,4 @@ register_variance_estimator(
 
 
 def available_variance_estimators() -> list[str]:
-    return sorted(VARIANCE_ESTIMATORS)
+    return VARIANCE_ESTIMATORS.names()

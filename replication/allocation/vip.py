@@ -30,7 +30,7 @@ from typing import Any, ClassVar
 
 import numpy as np
 
-from replication.allocation.base import Allocator, register_allocator, successes_per_prompt
+from replication.allocation.base import Allocator, check_feasible, register_allocator, successes_per_prompt
 from replication.allocation.predictors import PREDICTORS, make_predictor
 from replication.allocation.solvers import even_split, solve_integer
 from replication.allocation.variance import get_variance_estimator
@@ -358,8 +358,7 @@ def allocate_separable(costs: np.ndarray, budget: int, lower: int) -> np.ndarray
     costs = np.asarray(costs, dtype=np.float64)
     q, width = costs.shape
     extra = int(budget) - q * int(lower)
-    if extra < 0 or extra > q * (width - 1):
-        raise ValueError(f"infeasible budget {budget} for {q} prompts with levels {lower}..{lower + width - 1}")
+    check_feasible(q, int(budget), int(lower), int(lower) + width - 1)
     if width == 1 or extra == 0:
         return np.full(q, lower, dtype=np.int64)
     gains = costs[:, :-1] - costs[:, 1:]

@@ -12,18 +12,10 @@ from __future__ import annotations
 
 import numpy as np
 
+from replication.allocation.base import as_int, check_feasible
+
 SUM_TOLERANCE = 1e-6
 """round_to_budget accepts |sum(x) - budget| up to this times max(1, budget)."""
-
-
-def _int_arg(name: str, value) -> int:
-    try:
-        ok = not isinstance(value, bool) and np.isfinite(value) and int(value) == value
-    except (TypeError, ValueError):
-        ok = False
-    if not ok:
-        raise ValueError(f"{name} must be an integer, got {value!r}")
-    return int(value)
 
 
 def _vector(name: str, values) -> np.ndarray:
@@ -37,16 +29,10 @@ def _vector(name: str, values) -> np.ndarray:
 
 
 def _bounds(q: int, budget, lower, upper) -> tuple[int, int, int]:
-    budget, lower, upper = _int_arg("budget", budget), _int_arg("lower", lower), _int_arg("upper", upper)
+    budget, lower, upper = as_int("budget", budget), as_int("lower", lower), as_int("upper", upper)
     if lower < 0:
         raise ValueError(f"lower must be >= 0, got {lower}")
-    if upper < lower:
-        raise ValueError(f"upper ({upper}) is below lower ({lower})")
-    if budget < q * lower or budget > q * upper:
-        raise ValueError(
-            f"infeasible budget {budget}: {q} entries need between {q}*{lower}={q * lower} and "
-            f"{q}*{upper}={q * upper}"
-        )
+    check_feasible(q, budget, lower, upper)
     return budget, lower, upper
 
 
@@ -98,8 +84,7 @@ def water_level_continuous(sigma, budget: float, lower: float, upper: float) -> 
         raise ValueError(f"sigma must be >= 0; sigma[{int(np.flatnonzero(sigma < 0)[0])}] < 0")
     q = sigma.size
     lower, upper, budget = float(lower), float(upper), float(budget)
-    if budget < q * lower - 1e-9 or budget > q * upper + 1e-9:
-        raise ValueError(f"infeasible budget {budget} for {q} prompts in [{lower}, {upper}]")
+    check_feasible(q, budget, lower, upper, tol=1e-9)
     pos = sigma > 0
     m = int(pos.sum())
     if m == 0:

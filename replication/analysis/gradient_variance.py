@@ -411,8 +411,7 @@ def measure_checkpoint(cfg: TrainConfig, model_path: str | Path, step: int, reco
     pick = np.sort(np.random.default_rng([gv.seed, 7]).choice(len(c.train.ids), q, replace=False))
     prompts = PromptBatch([c.train.ids[i] for i in pick], [c.train.inputs[i] for i in pick],
                           [c.train.answers[i] for i in pick], [c.train.sources[i] for i in pick])
-    s = cfg.rollout.sampling
-    sampling = SamplingConfig(s.temperature, s.top_p, s.top_k, s.max_new_tokens)
+    sampling = cfg.rollout.sampling
     nbar = cfg.rollout.mean_rollouts
     budget = q * nbar
     pool = PromptPool(ids=tuple(c.train.ids), texts=tuple(c.train.texts))

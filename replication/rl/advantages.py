@@ -25,9 +25,13 @@ from collections.abc import Callable
 
 import numpy as np
 
+from replication.registry import Registry
+
 AdvantageFn = Callable[[np.ndarray, np.ndarray, np.ndarray], np.ndarray]
 
-ADVANTAGE_ESTIMATORS: dict[str, AdvantageFn] = {}
+ADVANTAGE_ESTIMATORS: Registry[AdvantageFn] = Registry("advantage estimator")
+"""Name → ``fn(rewards, group_index, group_sizes)``; config ``rl.estimator`` and the CLI's
+``--estimator`` choices read it."""
 
 GRPO_STD_EPS = 1e-6
 """Added to the group std before dividing (verl ``epsilon=1e-6``; TRL uses 1e-4)."""
@@ -36,13 +40,7 @@ GRPO_STD_EPS = 1e-6
 def register_advantage(name: str) -> Callable[[AdvantageFn], AdvantageFn]:
     """Decorator: register ``fn(rewards, group_index, group_sizes)`` under ``name``."""
 
-    def deco(fn: AdvantageFn) -> AdvantageFn:
-        if name in ADVANTAGE_ESTIMATORS and ADVANTAGE_ESTIMATORS[name] is not fn:
-            raise ValueError(f"advantage estimator {name!r} registered twice")
-        ADVANTAGE_ESTIMATORS[name] = fn
-        return fn
-
-    return deco
+    return ADVANTAGE_ESTIMATORS.register(name)
 
 
 def _group_mean(rewards: np.ndarray, group_index: np.ndarray, sizes: np.ndarray) -> np.ndarray:
@@ -111,10 +109,7 @@ def group_advantages(rewards, group_ids, estimator: str = "grpo"):
         ValueError: unknown estimator, empty input, length mismatch, NaN/inf rewards,
             non-1-D inputs.
     """
-    if estimator not in ADVANTAGE_ESTIMATORS:
-        raise ValueError(
-            f"unknown advantage estimator {estimator!r}; known: {sorted(ADVANTAGE_ESTIMATORS)}"
-        )
+    fn = ADVANTAGE_ESTIMATORS.get(estimator)
     torch_like = None
     if _is_torch(rewards):
         torch_like = rewards
@@ -132,7 +127,7 @@ def group_advantages(rewards, group_ids, estimator: str = "grpo"):
         raise ValueError("rewards contain NaN or inf")
     _, group_index, sizes = np.unique(g, return_inverse=True, return_counts=True)
     group_index = group_index.reshape(-1).astype(np.int64)
-    adv = np.asarray(ADVANTAGE_ESTIMATORS[estimator](r, group_index, sizes), dtype=np.float64)
+    adv = np.asarray(fn(r, group_index, sizes), dtype=np.float64)
     if torch_like is None:
         return adv
     import torch

@@ -17,9 +17,12 @@ from collections.abc import Callable
 
 import torch
 
+from replication.registry import Registry
+
 KLFn = Callable[[torch.Tensor, torch.Tensor], torch.Tensor]
 
-KL_ESTIMATORS: dict[str, KLFn] = {}
+KL_ESTIMATORS: Registry[KLFn] = Registry("KL estimator")
+"""Name → per-token KL estimator; config ``rl.kl_estimator`` reads it."""
 
 LOW_VAR_KL_LOG_RATIO_CLAMP = 20.0
 """verl clamps log(π_ref/π_θ) to ±20 before exponentiating."""
@@ -32,9 +35,7 @@ def register_kl(*names: str) -> Callable[[KLFn], KLFn]:
 
     def deco(fn: KLFn) -> KLFn:
         for name in names:
-            if name in KL_ESTIMATORS and KL_ESTIMATORS[name] is not fn:
-                raise ValueError(f"KL estimator {name!r} registered twice")
-            KL_ESTIMATORS[name] = fn
+            KL_ESTIMATORS.register(name, fn)
         return fn
 
     return deco
@@ -61,6 +62,4 @@ def kl_k3(logp: torch.Tensor, ref_logp: torch.Tensor) -> torch.Tensor:
 
 def kl_penalty(logp: torch.Tensor, ref_logp: torch.Tensor, estimator: str = "low_var_kl") -> torch.Tensor:
     """Per-token KL estimate by registered name ("k1", "k2", "low_var_kl"/"k3")."""
-    if estimator not in KL_ESTIMATORS:
-        raise ValueError(f"unknown KL estimator {estimator!r}; known: {sorted(KL_ESTIMATORS)}")
-    return KL_ESTIMATORS[estimator](logp, ref_logp)
+    return KL_ESTIMATORS.get(estimator)(logp, ref_logp)

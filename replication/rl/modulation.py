@@ -30,9 +30,15 @@ import math
 
 import torch
 
+from replication.registry import Registry
 from replication.rl.ppo import PPOConfig, policy_ratio, ppo_clip_active
 
+MODULATIONS: Registry[type] = Registry("modulation")
+"""Token-level advantage modulation name → its config dataclass (config ``rl.modulation``,
+options ``rl.modulation_options``; the CLI's ``--modulation`` choices)."""
 
+
+@MODULATIONS.register("dynamo")
 @dataclasses.dataclass(frozen=True)
 class DynaMOConfig:
     """DynaMO modulation hyper-parameters (official code ``decay6_linearnorm`` by default)."""

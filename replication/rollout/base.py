@@ -15,17 +15,7 @@ from typing import Protocol
 import numpy as np
 import torch
 
-
-@dataclasses.dataclass(frozen=True)
-class SamplingConfig:
-    temperature: float = 1.0
-    """Sampling temperature (all three papers train at 1.0; GDRO's paper text says 0.6)."""
-    top_p: float = 1.0
-    """Nucleus sampling mass (GDRO: 0.8)."""
-    top_k: int = 0
-    """Top-k cut-off, 0 = off (GDRO: 20)."""
-    max_new_tokens: int = 16
-    """Longest completion in tokens."""
+from replication.config import SamplingConfig  # noqa: F401  (the one sampling dataclass; engines take it)
 
 
 @dataclasses.dataclass

@@ -22,7 +22,7 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
-from replication.config import ConfigError, TrainConfig
+from replication.config import ConfigError, TrainConfig, from_dict
 from replication.tasks.verify import ProceduralVerifier, Verifier
 
 
@@ -88,12 +88,7 @@ def _procedural_data(cfg: TrainConfig, opts: dict, formatter: str, fmt_opts: dic
         raise ConfigError(f"task.options.prompt_field: 'text' or 'question', got {field!r}")
     if answer_mode not in ("exact", "last-number"):
         raise ConfigError(f"task.options.answer: 'exact' or 'last-number', got {answer_mode!r}")
-    if "heldout_levels" in opts and opts["heldout_levels"] is not None:
-        opts["heldout_levels"] = tuple(opts["heldout_levels"])
-    try:
-        spec = TaskMixSpec(**opts)
-    except (TypeError, ValueError) as e:
-        raise ConfigError(f"task.options: {e}") from None
+    spec = from_dict(TaskMixSpec, opts, "task.options")
     suite = build_tasks(spec)
     train = _from_pool(suite.train, "train", field)
     evals = {}
@@ -117,10 +112,7 @@ def _math_data(cfg: TrainConfig, opts: dict, formatter: str) -> TrainData:
         raise ConfigError(f"task.options.{unknown[0]}: unknown key; allowed: {sorted(MATH_OPTIONS)}")
     if "train" not in opts:
         raise ConfigError("task.options.train: a training dataset name is required for kind: math")
-    try:
-        reward = MathRewardConfig(**opts.get("reward", {}))
-    except (TypeError, ValueError) as e:
-        raise ConfigError(f"task.options.reward: {e}") from None
+    reward = from_dict(MathRewardConfig, opts.get("reward", {}), "task.options.reward")
 
     def load(name: str, path: str | None, template: str | None, limit: int | None) -> PromptSet:
         recs = load_math_dataset(MathDatasetConfig(name=name, path=path, template=template, limit=limit))

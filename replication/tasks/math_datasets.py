@@ -32,6 +32,8 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlparse
 
+from replication.registry import Registry
+
 # ---------------------------------------------------------------------------------------------
 # Records and templates
 # ---------------------------------------------------------------------------------------------
@@ -129,14 +131,11 @@ VIP_4SHOT = (
     "Response:\n"
 )
 
-TEMPLATES: dict[str, PromptTemplate] = {}
+TEMPLATES: Registry[PromptTemplate] = Registry("prompt template")
 
 
 def register_template(template: PromptTemplate) -> PromptTemplate:
-    if template.name in TEMPLATES:
-        raise ValueError(f"template {template.name!r} registered twice")
-    TEMPLATES[template.name] = template
-    return template
+    return TEMPLATES.register(template.name, template)
 
 
 register_template(PromptTemplate("raw", "{question}", "boxed", "the bare problem"))
@@ -163,9 +162,7 @@ register_template(PromptTemplate(
 
 
 def get_template(name: str) -> PromptTemplate:
-    if name not in TEMPLATES:
-        raise ValueError(f"unknown prompt template {name!r}; known: {sorted(TEMPLATES)}")
-    return TEMPLATES[name]
+    return TEMPLATES.get(name)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -290,14 +287,11 @@ class MathDatasetSpec:
     note: str = ""
 
 
-DATASETS: dict[str, MathDatasetSpec] = {}
+DATASETS: Registry[MathDatasetSpec] = Registry("dataset")
 
 
 def register_dataset(spec: MathDatasetSpec) -> MathDatasetSpec:
-    if spec.name in DATASETS:
-        raise ValueError(f"dataset {spec.name!r} registered twice")
-    DATASETS[spec.name] = spec
-    return spec
+    return DATASETS.register(spec.name, spec)
 
 
 _flat = generic_row(("unique_id", "id", "ID", "problem_idx"),
@@ -346,7 +340,7 @@ register_dataset(MathDatasetSpec(
 
 
 def list_datasets() -> list[str]:
-    return sorted(DATASETS)
+    return DATASETS.names()
 
 
 # ---------------------------------------------------------------------------------------------
@@ -391,9 +385,7 @@ def load_math_dataset(name: str | MathDatasetConfig, **overrides: Any) -> list[M
     cfg = name if isinstance(name, MathDatasetConfig) else MathDatasetConfig(name=name)
     if overrides:
         cfg = dataclasses.replace(cfg, **overrides)
-    if cfg.name not in DATASETS:
-        raise ValueError(f"unknown dataset {cfg.name!r}; known: {list_datasets()}")
-    spec = DATASETS[cfg.name]
+    spec = DATASETS.get(cfg.name)
     template = get_template(cfg.template or spec.default_template)
     rows = _read_local(cfg.path, cfg.hub_config or spec.config, cfg.split or spec.split) \
         if cfg.path else _read_hub(spec, cfg)

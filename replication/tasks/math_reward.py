@@ -1,8 +1,9 @@
 """Math answer verification with math-verify, under a hard per-sample wall-clock limit.
 
-The reward of a completion is ``correct`` (+1) or ``incorrect`` (-1, or 0 with ``style="01"``):
-DynaMO and GDRO train on ±1 (math-verify / the DAPO verifier), VIP's variance formulas assume
-R ∈ {-1, +1}; allocators count a success as reward > 0, so either style works downstream.
+The verifier decides correct / incorrect; the trainer turns that into rewards with
+``rl.reward_positive`` / ``rl.reward_negative`` (DynaMO and GDRO train on ±1 — math-verify / the
+DAPO verifier —, VIP's variance formulas assume R ∈ {-1, +1}; allocators count a success as
+reward > 0, so ±1 and 1/0 both work downstream).
 
 Why a worker process. math-verify has its own ``parsing_timeout``/``timeout_seconds``, but they use
 ``signal.alarm``: whole seconds, main thread only (it raises ValueError in any other thread), and
@@ -18,8 +19,9 @@ Cheap cases never leave the main process: extraction (a linear scan for the last
 ``Answer:`` line), answers longer than ``max_answer_chars`` (wrong), exact string matches (right),
 and single-letter multiple-choice golds (GPQA: letter comparison).
 
-    verifier = MathVerifier(MathRewardConfig(style="pm1", extraction="auto"))
-    rewards = verifier.rewards(completions, answers)    # np.float32 array
+    verifier = MathVerifier(MathRewardConfig(extraction="auto"))
+    ok = verifier.is_correct(completions, answers)      # bool array
+    rewards = verifier.rewards(completions, answers)    # np.float32 array, ±1
     verifier.close()
 """
 
@@ -46,9 +48,6 @@ import numpy as np
 class MathRewardConfig:
     """How completions are scored against reference answers."""
 
-    style: str = "pm1"
-    """``pm1``: correct +1 / incorrect -1 (DynaMO, GDRO: ±1 rewards; VIP's R ∈ {-1,+1});
-    ``01``: 1 / 0."""
     extraction: str = "auto"
     """Where the answer is read: ``boxed`` (last \\boxed{...}; GDRO's prompt asks for it),
     ``answer_line`` (last "Answer: ..." line; DAPO/VIP prompts), ``auto`` (boxed, else Answer line),
@@ -66,8 +65,6 @@ class MathRewardConfig:
     """Address-space limit of each worker process (RLIMIT_AS); 0 = none."""
 
     def __post_init__(self) -> None:
-        if self.style not in ("pm1", "01"):
-            raise ValueError(f"style must be 'pm1' or '01', got {self.style!r}")
         if self.extraction not in ("auto", "boxed", "answer_line", "math_verify"):
             raise ValueError(f"extraction must be auto/boxed/answer_line/math_verify, "
                              f"got {self.extraction!r}")
@@ -76,10 +73,6 @@ class MathRewardConfig:
         if self.num_workers < 1:
             raise ValueError(f"num_workers must be >= 1, got {self.num_workers}")
 
-    @property
-    def rewards(self) -> tuple[float, float]:
-        """(correct, incorrect) reward values."""
-        return (1.0, -1.0) if self.style == "pm1" else (1.0, 0.0)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -303,9 +296,9 @@ class MathVerifier:
 
     # -- public API ----------------------------------------------------------------------------
 
-    def rewards(self, completions: Sequence[str], answers: Sequence[str]) -> np.ndarray:
-        """float32 rewards, one per completion (``config.style`` values)."""
-        correct, incorrect = self.config.rewards
+    def rewards(self, completions: Sequence[str], answers: Sequence[str], correct: float = 1.0,
+                incorrect: float = -1.0) -> np.ndarray:
+        """float32 rewards, one per completion (±1 by default: DynaMO, GDRO; VIP's R ∈ {-1, +1})."""
         ok = self.is_correct(completions, answers)
         return np.where(ok, correct, incorrect).astype(np.float32)
 
@@ -424,7 +417,8 @@ class MathVerifier:
 
 
 def math_rewards(completions: Sequence[str], answers: Sequence[str],
-                 config: MathRewardConfig | None = None) -> np.ndarray:
+                 config: MathRewardConfig | None = None, correct: float = 1.0,
+                 incorrect: float = -1.0) -> np.ndarray:
     """One-shot convenience (starts and stops a verifier); keep a ``MathVerifier`` in loops."""
     with MathVerifier(config) as verifier:
-        return verifier.rewards(completions, answers)
+        return verifier.rewards(completions, answers, correct, incorrect)

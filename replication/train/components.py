@@ -10,12 +10,13 @@ from typing import Any
 import numpy as np
 import torch
 
-from replication.allocation import Allocator, PromptPool, make_allocator
-from replication.allocation.difficulty import DifficultyClassifier
+from replication.allocation import ALLOCATORS, PROMPT_WEIGHTS, Allocator, PromptPool, make_allocator
+from replication.allocation.difficulty import DifficultyClassifier, any_correct
 from replication.allocation.prompt_gdro import PromptGDRO
 from replication.config import ConfigError, TrainConfig, from_dict
 from replication.evaluate.runner import Evaluator
 from replication.rl import DynaMOConfig, PPOConfig
+from replication.rl.modulation import MODULATIONS
 from replication.train.distributed import World
 from replication.train.sampler import EpochSampler
 from replication.tasks.data import PromptSet, build_data
@@ -36,6 +37,10 @@ class Components:
     evaluator: Evaluator
     allocator: Allocator
     classifier: DifficultyClassifier | None
+    """The run's one difficulty classifier (bins for Prompt-GDRO and the per-prompt log): the
+    allocator's own when it keeps one (Rollout-GDRO, its observe() updates it), else one built
+    here for Prompt-GDRO (``owns_classifier``: updated by ``observe_bins``), else None."""
+    owns_classifier: bool
     prompt_weights: PromptGDRO | None
     sampler: EpochSampler
     generator: torch.Generator
@@ -43,22 +48,13 @@ class Components:
     ppo_cfg: PPOConfig
     modulation_cfg: DynaMOConfig | None
 
-    # -- difficulty bins: Rollout-GDRO owns a classifier; otherwise Prompt-GDRO gets its own
+    # -- difficulty bins (one classifier per run, see ``classifier``)
     def bins(self, ids: list) -> np.ndarray | None:
-        clf = self._classifier()
-        return None if clf is None else np.asarray(clf.bins(ids))
+        return None if self.classifier is None else np.asarray(self.classifier.bins(ids))
 
     def observe_bins(self, ids: list, counts: np.ndarray, correct: np.ndarray) -> None:
-        # Rollout-GDRO updates its own classifier in observe(); only a separate one is fed here.
-        if self.classifier is not None:
-            owner = np.repeat(np.arange(len(ids)), counts)
-            any_correct = np.bincount(owner, weights=correct.astype(float), minlength=len(ids)) > 0
-            self.classifier.update(ids, any_correct)
-
-    def _classifier(self) -> DifficultyClassifier | None:
-        if self.classifier is not None:
-            return self.classifier
-        return getattr(self.allocator, "classifier", None)
+        if self.owns_classifier:
+            self.classifier.update(ids, any_correct(counts, correct))
 
     # -- resume
     def state(self) -> dict:
@@ -67,7 +63,7 @@ class Components:
             "optimizer": self.optimizer.state_dict(),
             "scheduler": self.scheduler.state_dict(),
             "allocator": self.allocator.state_dict(),
-            "classifier": None if self.classifier is None else self.classifier.state_dict(),
+            "classifier": self.classifier.state_dict() if self.owns_classifier else None,
             "prompt_weights": None if self.prompt_weights is None else self.prompt_weights.state_dict(),
             "sampler": self.sampler.state_dict(),
             "generator": self.generator.get_state(),
@@ -80,7 +76,7 @@ class Components:
         self.optimizer.load_state_dict(s["optimizer"])
         self.scheduler.load_state_dict(s["scheduler"])
         self.allocator.load_state_dict(s["allocator"])
-        if self.classifier is not None:
+        if self.owns_classifier:
             self.classifier.load_state_dict(s["classifier"])
         if self.prompt_weights is not None:
             self.prompt_weights.load_state_dict(s["prompt_weights"])
@@ -104,30 +100,32 @@ def build_components(cfg: TrainConfig, world: World = World()) -> Components:
     pool = PromptPool(ids=tuple(data.train.ids), texts=tuple(data.train.texts))
     options = {"lower": cfg.rollout.lower, "upper": cfg.rollout.upper, **cfg.allocator.options}
     # A variance-aware allocator optimises the variance of the estimator actually trained with.
-    from replication.allocation import ALLOCATORS
-
     alloc_cls = ALLOCATORS.get(cfg.allocator.name)
-    if alloc_cls is not None and "estimator" in {f.name for f in dataclasses.fields(alloc_cls.Config)}:
+    if "estimator" in {f.name for f in dataclasses.fields(alloc_cls.Config)}:
         options.setdefault("estimator", cfg.rl.estimator)
     try:
         allocator = make_allocator(cfg.allocator.name, seed=cfg.seed, pool=pool, **options)
-        prompt_weights = None
-        if cfg.rl.prompt_weights == "gdro":
-            prompt_weights = PromptGDRO(**cfg.rl.prompt_weights_options)
     except (TypeError, ValueError) as e:
-        raise ConfigError(f"allocator.options / rl.prompt_weights_options: {e}") from None
-    classifier = None
-    if prompt_weights is not None and getattr(allocator, "classifier", None) is None:
-        classifier = DifficultyClassifier()
+        raise ConfigError(f"allocator.options: {e}") from None
+    prompt_weights = None
+    if cfg.rl.prompt_weights is not None:
+        weights_cls = PROMPT_WEIGHTS.get(cfg.rl.prompt_weights)
+        prompt_weights = weights_cls(config=from_dict(weights_cls.Config, cfg.rl.prompt_weights_options,
+                                                      "rl.prompt_weights_options"))
+    classifier, owns_classifier = allocator.classifier, False
+    if prompt_weights is not None and classifier is None:
+        classifier, owns_classifier = DifficultyClassifier(), True
     modulation = None
-    if cfg.rl.modulation == "dynamo":
-        modulation = from_dict(DynaMOConfig, cfg.rl.modulation_options, "rl.modulation_options")
+    if cfg.rl.modulation is not None:
+        modulation = from_dict(MODULATIONS.get(cfg.rl.modulation), cfg.rl.modulation_options,
+                               "rl.modulation_options")
     ppo_cfg = PPOConfig(
         clip_low=cfg.rl.clip_low,
         clip_high=cfg.rl.clip_high,
         dual_clip=cfg.rl.dual_clip,
         aggregation=cfg.rl.aggregation,
         kl_coef=cfg.rl.kl_coef,
+        kl_estimator=cfg.rl.kl_estimator,
     )
 
     model, tokenizer = load_model(cfg)
@@ -158,6 +156,7 @@ def build_components(cfg: TrainConfig, world: World = World()) -> Components:
         evaluator=Evaluator(engine, data.eval_sets, data.verifier, cfg.eval, world=world),
         allocator=allocator,
         classifier=classifier,
+        owns_classifier=owns_classifier,
         prompt_weights=prompt_weights,
         sampler=EpochSampler(len(data.train.ids), cfg.seed),
         generator=generator,

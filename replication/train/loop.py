@@ -26,7 +26,6 @@ from tqdm.auto import tqdm
 
 from replication.config import ConfigError, TrainConfig, to_dict
 from replication.rl import group_advantages
-from replication.rollout.base import SamplingConfig
 from replication.train.checkpoint import load_checkpoint, save_checkpoint
 from replication.train.components import Components, build_components
 from replication.train.distributed import RowShard, World, rollout_seeds, split_groups
@@ -132,7 +131,7 @@ def train_step(cfg: TrainConfig, c: Components, step: int, world: World = World(
         [c.train.inputs[i] for i in my_idx],
         [c.train.answers[i] for i in my_idx],
         counts[mine],
-        SamplingConfig(s.temperature, s.top_p, s.top_k, s.max_new_tokens),
+        s,
         generator=c.generator,
         seeds=rollout_seeds(cfg.seed, "train", step, ids[mine]),
     )
