@@ -122,7 +122,7 @@ def test_batch_tensors_support_backward(engine, model):
 
 
 def test_old_logprobs_match_rl_logprobs(engine, model):
-    logprobs = pytest.importorskip("replication.rl.logprobs")
+    from replication.rl import logprobs
     b = run(engine, SamplingConfig(0.8, 1.0, 0, max_new_tokens=7), seed=4)
     with torch.no_grad():
         lp, _ = logprobs.token_logprobs_and_entropy(model, b.input_ids, b.attention_mask, 0.8, b.completion_mask)

@@ -149,3 +149,10 @@ def test_readme_has_two_set_up_and_go_commands_and_ci_runs_the_tests_one():
           if line.startswith(".venv/bin/") and "--upgrade pip" not in line]
     steps = [s.strip() for s in tests.split("&&")][2:]  # after venv creation and activation
     assert [s.replace("pip install -q ", "pip install ") for s in ci] == steps  # -q: quieter log only
+
+
+def test_no_test_skips_when_one_of_our_own_modules_fails_to_import():
+    """``pytest.importorskip("replication...")`` would turn a broken import into a skip."""
+    offenders = [str(p.relative_to(ROOT)) for p in (ROOT / "tests").rglob("*.py") if p.name != Path(__file__).name
+                 and ("importorskip(\"replication" in p.read_text() or "importorskip('replication" in p.read_text())]
+    assert not offenders, offenders

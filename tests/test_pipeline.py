@@ -71,6 +71,19 @@ def test_dvc_yaml_stages_and_params():
         assert set(sec["main"]).issubset(sec["arms"])
 
 
+def test_readme_results_block_matches_the_pipeline_summary():
+    """README's results block is a copy of results/summary.md (the `report` stage's output)."""
+    from replication.report.summary import BEGIN, END
+
+    readme = (ROOT / "README.md").read_text()
+    block = readme.split(BEGIN, 1)[1].split(END, 1)[0].strip()
+    summary = (ROOT / "results" / "summary.md").read_text()
+    body = summary.split("\n", 2)[2].strip() if summary.startswith("# ") else summary.strip()
+    assert block == body, "README is stale: run `python -m replication report --readme README.md`"
+    stage = yaml.safe_load((ROOT / "dvc.yaml").read_text())["stages"]["report"]
+    assert "README" not in stage["cmd"] and "README.md" not in str(stage.get("outs"))
+
+
 def test_dvc_sees_a_valid_pipeline():
     out = subprocess.run([sys.executable, "-m", "dvc", "dag", "--md"], cwd=ROOT, capture_output=True, text=True)
     assert out.returncode == 0, out.stderr

@@ -74,3 +74,26 @@ def test_invariants(name, scenario):
     c.load_state_dict(pickle.loads(pickle.dumps(a.state_dict())))
     for batch, budget, rseed in steps[half:] + steps[:1]:
         np.testing.assert_array_equal(run_step(c, batch, budget, rseed), run_step(a, batch, budget, rseed))
+
+
+UNIFORM = {"uniform"}
+"""Allocators that give every prompt the same count by design; every other one must adapt."""
+
+
+@pytest.mark.parametrize("name", [n for n in available_allocators() if n not in UNIFORM])
+def test_adaptive_allocators_give_non_uniform_counts_on_a_heterogeneous_batch(name):
+    """Prompts that always fail, always succeed, or succeed half the time: after a few observed
+    steps an adaptive allocator must not give them all the same count (a secretly uniform
+    allocator passes every budget check but fails here)."""
+    ids = list(range(24))
+    p_true = np.array([0.0, 0.5, 1.0] * 8)
+    rng = np.random.default_rng(0)
+    alloc = build(name, ids, seed=0)
+    budget = len(ids) * 6
+    for _ in range(6):
+        counts = alloc.plan(ids, budget)
+        rewards = (rng.random(int(counts.sum())) < np.repeat(p_true, counts)).astype(float)
+        alloc.observe(ids, counts, rewards)
+    counts = alloc.plan(ids, budget)
+    assert counts.sum() == budget
+    assert counts.min() < counts.max(), f"{name} gave every prompt {counts[0]} rollouts"
