@@ -322,6 +322,7 @@ def validate(cfg: TrainConfig) -> None:
     their registries and their option dicts against the registered config dataclass, so a new
     method is one decorated class plus its config."""
     from replication.allocation import ALLOCATORS, PROMPT_WEIGHTS
+    from replication.models.formatting import FORMATTERS
     from replication.rl.advantages import ADVANTAGE_ESTIMATORS
     from replication.rl.kl import KL_ESTIMATORS
     from replication.rl.modulation import MODULATIONS
@@ -342,6 +343,7 @@ def validate(cfg: TrainConfig) -> None:
     need(r.sampling.top_k >= 0, "rollout.sampling.top_k", "must be >= 0")
     need(r.sampling.max_new_tokens >= 1, "rollout.sampling.max_new_tokens", "must be >= 1")
     check_name(ALLOCATORS, cfg.allocator.name, "allocator.name")
+    check_name(FORMATTERS, cfg.task.options.get("formatter", "raw"), "task.options.formatter")
     check_name(ADVANTAGE_ESTIMATORS, cfg.rl.estimator, "rl.estimator")
     check_name(KL_ESTIMATORS, cfg.rl.kl_estimator, "rl.kl_estimator")
     check_name(MODULATIONS, cfg.rl.modulation, "rl.modulation", optional=True)

@@ -29,6 +29,7 @@ def test_sampling_defaults_stay_what_they_were():
     ({"rl.modulation": "entropy"}, "rl.modulation"),
     ({"rl.prompt_weights": "dro"}, "rl.prompt_weights"),
     ({"allocator.name": "vipp"}, "allocator.name"),
+    ({"task.options.formatter": "markdown"}, "task.options.formatter"),
     ({"allocator.options": {"bogus": 1}}, "allocator.options.bogus"),
     ({"rl.modulation": "dynamo", "rl.modulation_options": {"alpha": -1.0}}, "rl.modulation_options"),
     ({"rl.modulation": "dynamo", "rl.modulation_options": {"alfa": 1.0}}, "rl.modulation_options.alfa"),

@@ -11,6 +11,12 @@ import dataclasses
 from collections.abc import Sequence
 from typing import Any, Protocol
 
+from replication.registry import Registry
+
+FORMATTERS: Registry[type] = Registry("prompt formatter")
+"""Name → formatter class (``task.options.formatter``); a class with a ``tokenizer`` field is
+built with the model's tokenizer."""
+
 
 class PromptFormatter(Protocol):
     add_special_tokens: bool
@@ -21,6 +27,7 @@ class PromptFormatter(Protocol):
         ...
 
 
+@FORMATTERS.register("raw")
 @dataclasses.dataclass(frozen=True)
 class RawFormatter:
     """The compact task text as is ("42-25="): what the tiny model is trained on."""
@@ -31,6 +38,7 @@ class RawFormatter:
         return prompt if isinstance(prompt, str) else prompt.text
 
 
+@FORMATTERS.register("chat")
 @dataclasses.dataclass(frozen=True)
 class ChatFormatter:
     """The natural-language question in the tokenizer's chat template, generation prompt open."""
@@ -49,14 +57,13 @@ class ChatFormatter:
 
 
 def make_formatter(name: str, tokenizer: Any = None, **options: Any) -> PromptFormatter:
-    """``"raw"`` or ``"chat"`` (needs the tokenizer)."""
-    if name == "raw":
-        return RawFormatter(**options)
-    if name == "chat":
+    """A registered formatter: ``"raw"`` or ``"chat"`` (needs the tokenizer)."""
+    cls = FORMATTERS.get(name)
+    if "tokenizer" in {f.name for f in dataclasses.fields(cls)}:
         if tokenizer is None:
-            raise ValueError("the chat formatter needs the model's tokenizer")
-        return ChatFormatter(tokenizer, **options)
-    raise ValueError(f"unknown prompt formatter {name!r}; known: ['chat', 'raw']")
+            raise ValueError(f"the {name} formatter needs the model's tokenizer")
+        return cls(tokenizer, **options)
+    return cls(**options)
 
 
 def format_prompts(formatter: PromptFormatter, prompts: Sequence[Any]) -> list[str]:
