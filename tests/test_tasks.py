@@ -49,7 +49,8 @@ def test_sizes_dedup_and_tiny_spaces(suite):
 def test_heldout_disjoint_where_possible(suite):
     for alias, info in suite.levels.items():
         train = {p.text for p in suite.train.prompts if p.level == alias}
-        held = set(suite.heldout[f"{alias}-heldout"].texts)
+        name = f"{alias}-heldout" if info.disjoint else f"{alias}-indist"
+        held = set(suite.heldout[name].texts)
         if info.disjoint:
             assert not train & held
             assert held <= suite.reserved_texts(alias)

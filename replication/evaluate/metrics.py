@@ -15,6 +15,15 @@ from collections.abc import Callable, Hashable, Mapping, Sequence
 
 import numpy as np
 
+IN_DISTRIBUTION_SUFFIX = "-indist"
+"""Name suffix of an evaluation set whose prompts are (partly) in the train pool: reported on its
+own, labelled in-distribution, and never part of the "average" / "pooled" headline rows."""
+
+
+def headline_sets(names) -> list[str]:
+    """The evaluation sets that count in "average" and "pooled": every set not named ``*-indist``."""
+    return [n for n in names if not str(n).endswith(IN_DISTRIBUTION_SUFFIX)]
+
 
 def _as_int_array(x, name: str) -> np.ndarray:
     a = np.asarray(x)

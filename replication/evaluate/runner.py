@@ -14,7 +14,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from replication.evaluate.metrics import pass_at_k
+from replication.evaluate.metrics import headline_sets, pass_at_k
 from replication.rollout.base import SamplingConfig
 from replication.train.distributed import World, rollout_seeds
 
@@ -69,12 +69,14 @@ class Evaluator:
         greedy = SamplingConfig(1.0, 1.0, 1, mnt)  # top-k = 1 is exactly greedy decoding
         results: dict[str, dict[str, float]] = {}
         pooled: list[np.ndarray] = []
+        headline = set(headline_sets(self.sets))  # in-distribution sets stay out of average/pooled
         self.seed = int(seed)
         for j, (name, data) in enumerate(sorted(self.sets.items())):
             gen = torch.Generator().manual_seed(int(seed) * 1000 + 17 + j)
             with torch.no_grad():
                 succ = self._correct_counts(data, k, sample, gen, f"eval/{name}/sample")
-                pooled.append(succ)
+                if name in headline:
+                    pooled.append(succ)
                 row = {
                     f"mean@{k}": float(np.mean(succ / k)),
                     f"pass@{k}": float(np.mean(pass_at_k(k, succ, k))),
@@ -86,12 +88,12 @@ class Evaluator:
                     row["greedy"] = float(np.mean(g))
             results[name] = row
         results["average"] = {
-            key: float(np.mean([results[s][key] for s in self.sets]))
+            key: float(np.mean([results[s][key] for s in sorted(headline)]))
             for key in (f"mean@{k}", f"pass@{k}", "pass@1") + (("greedy",) if c.greedy else ())
-        }
+        } if headline else {}
         # GDRO reports one pass@k pooled over every held-out prompt (gdro.md, Table 1).
-        allp = np.concatenate(pooled)
-        results["pooled"] = {
+        allp = np.concatenate(pooled) if pooled else np.zeros(0, dtype=np.int64)
+        results["pooled"] = {} if not pooled else {
             f"mean@{k}": float(np.mean(allp / k)),
             f"pass@{k}": float(np.mean(pass_at_k(k, allp, k))),
             "pass@1": float(np.mean(pass_at_k(k, allp, 1))),

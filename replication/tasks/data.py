@@ -122,9 +122,23 @@ def _math_data(cfg: TrainConfig, opts: dict, formatter: str) -> TrainData:
 
     train = load(opts["train"], opts.get("train_path"), opts.get("template"), opts.get("limit"))
     evals = {}
+    eval_problems: set[str] = set()
     for name in opts.get("eval", []):
         s = load(name, (opts.get("eval_paths") or {}).get(name), opts.get("eval_template"), None)
         if 0 < cfg.eval.prompts_per_set < len(s):
             s = s.head(cfg.eval.prompts_per_set)
         evals[name] = s
+        eval_problems |= {_canonical(t) for t in s.texts}
+    # Held-out sets must be disjoint from the train pool (AIME problems circulate in training
+    # corpora): drop every train problem whose canonical text is an evaluation problem.
+    keep = [i for i, t in enumerate(train.texts) if _canonical(t) not in eval_problems]
+    if len(keep) < len(train.ids):
+        print(f"task: {len(train.ids) - len(keep)} train problems also in an evaluation set were dropped")
+        train = PromptSet(train.name, *([getattr(train, f)[i] for i in keep]
+                                        for f in ("ids", "texts", "inputs", "answers", "sources")))
     return TrainData(train, evals, MathVerifier(reward), formatter)
+
+
+def _canonical(text: str) -> str:
+    """Whitespace-free, lower-case problem text: the key of the train/held-out disjointness check."""
+    return "".join(str(text).split()).lower()

@@ -3,8 +3,10 @@
 Held-out sets are generated first, from their own seed, so they stay identical whatever the
 train pool's size or seed; the train pool then leaves their expressions out wherever the level's
 problem space is large enough (``disjoint``). Levels with tiny spaces (1-digit a ± b: 200
-problems, 1 × 1: 100) cannot be split: their held-out set overlaps the train pool and is flagged
-``disjoint=False`` in ``TaskSuite.levels`` — read their numbers as in-distribution accuracy.
+problems, 1 × 1: 100) cannot be split: their evaluation set overlaps the train pool, is flagged
+``disjoint=False`` in ``TaskSuite.levels`` and is NAMED ``<alias>-indist`` (in-distribution), so
+the evaluator leaves it out of the "average" and "pooled" headline rows
+(``replication.evaluate.metrics.headline_sets``) and every table shows it under that name.
 
 A large train pool matters: with 256 prompts GRPO memorised the pool and held-out accuracy fell;
 with 8,192 it generalised (shared/notes/tiny-loop.md).
@@ -17,6 +19,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
+from replication.evaluate.metrics import IN_DISTRIBUTION_SUFFIX
 from replication.tasks.procedural import Prompt, generate_level, get_level, split_seed
 
 DEFAULT_TRAIN_SIZES = {
@@ -40,7 +43,8 @@ class TaskMixSpec:
     train_sizes: dict[str, int] = dataclasses.field(default_factory=lambda: dict(DEFAULT_TRAIN_SIZES))
     """Train-pool prompts per level alias; a level with a smaller problem space gets all of it."""
     heldout_size: int = 500
-    """Prompts per held-out set (one set per level, named f"{alias}-heldout")."""
+    """Prompts per held-out set (one set per level, named f"{alias}-heldout"; f"{alias}-indist"
+    when the level's space is too small to keep it out of the train pool)."""
     heldout_levels: tuple[str, ...] | None = None
     """Levels that get a held-out set; None = every level of the train mix."""
     seed: int = 0
@@ -149,12 +153,30 @@ class TaskSuite:
         info = self.levels[alias]
         reserved: set[str] = set()
         if info.disjoint:
-            name = f"{alias}-heldout"
+            name = heldout_name(alias, True)
             if name in self.heldout:
                 reserved |= set(self.heldout[name].texts)
             if info.space_size >= 2 * (info.train + info.heldout):
                 reserved |= {p.text for p in self.train.prompts if p.level == alias}
         return reserved
+
+
+def heldout_name(alias: str, disjoint: bool) -> str:
+    """Evaluation-set name of a level: "<alias>-heldout" if disjoint from training, else
+    "<alias>-indist" (in-distribution: out of the average/pooled rows)."""
+    return f"{alias}-heldout" if disjoint else f"{alias}{IN_DISTRIBUTION_SUFFIX}"
+
+
+def canonical(text: str) -> str:
+    """Canonical problem text for overlap checks: whitespace removed, lower case ("42 - 25 =" and
+    "42-25=" are the same problem)."""
+    return "".join(str(text).split()).lower()
+
+
+def overlap(suite: "TaskSuite", name: str) -> set[str]:
+    """Canonical problem texts (and answers) shared by evaluation set ``name`` and the train pool."""
+    train = {(canonical(p.text), p.answer) for p in suite.train.prompts}
+    return {t for p in suite.heldout[name].prompts if (t := (canonical(p.text), p.answer)) in train}
 
 
 def build_tasks(spec: TaskMixSpec) -> TaskSuite:
@@ -170,9 +192,11 @@ def build_tasks(spec: TaskMixSpec) -> TaskSuite:
         held: list[Prompt] = []
         if alias in heldout_aliases:
             held = generate_level(level, split_seed(spec.heldout_seed, level, "heldout"), spec.heldout_size, "heldout")
-            heldout[f"{alias}-heldout"] = TaskPool(f"{alias}-heldout", tuple(held))
         # Keep held-out expressions out of training only where that leaves a full train share.
         disjoint = level.space_size - len(held) >= n_train
+        if held:
+            name = heldout_name(alias, disjoint or not n_train)
+            heldout[name] = TaskPool(name, tuple(held))
         if n_train:
             exclude = {p.text for p in held} if disjoint else set()
             train += generate_level(level, split_seed(spec.seed, level, "train"), n_train, "train", exclude)

@@ -42,7 +42,7 @@ def test_every_allocator_trains(small_overrides, tmp_path, allocator):
     assert rc == 0
     m = json.loads((tmp_path / "metrics.json").read_text())
     assert m["rollouts_total"] == 4 * 8 * 4  # steps x Q x n̄: the same budget for every method
-    assert set(m["eval_before"]) == {"add2-heldout", "mul1-heldout", "average", "pooled"}
+    assert set(m["eval_before"]) == {"add2-heldout", "mul1-indist", "average", "pooled"}
     assert {"mean@2", "pass@2"} <= set(m["eval_after"]["add2-heldout"])
     steps = [json.loads(line) for line in (tmp_path / "steps.jsonl").read_text().splitlines()]
     assert [s["step"] for s in steps] == [0, 1, 2, 3]
