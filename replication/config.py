@@ -114,7 +114,9 @@ class RLConfig:
     clip_high: float = 0.28
     """PPO ε_high (clip-higher, all three papers: 0.28)."""
     dual_clip: float | None = None
-    """Dual-clip constant c for negative advantages (VIP code: 10); None = off."""
+    """Dual-clip constant c for negative advantages (verl applies it always: VIP code and DynaMO
+    script c = 10, GDRO verl's default 3.0). None = off; every paper arm sets its own value
+    (params.yaml ``base``, paper-*.yaml)."""
     kl_coef: float = 0.0
     """Low-variance KL coefficient to the reference policy (GDRO: 0.001; VIP, DynaMO: 0)."""
     kl_estimator: str = "low_var_kl"
@@ -137,6 +139,9 @@ class RLConfig:
     (Prompt-GDRO)."""
     prompt_weights_options: dict = dataclasses.field(default_factory=dict)
     """Fields of the weighting's ``Config`` (PromptGDROConfig)."""
+    prompt_loss_kl: bool = True
+    """Include β·KL in the per-prompt loss ℓ(x) that Prompt-/Rollout-GDRO observe (GDRO paper:
+    ℓ = −J_clip + β_KL·KL); false = the official code's loss without the KL term."""
     reward_positive: float = 1.0
     """Reward of a correct rollout."""
     reward_negative: float = 0.0

@@ -2,8 +2,10 @@
 
 Paper: arXiv 2602.19208 (../shared/papers/dynamo.md); official code GithubX-F/DynaMO-RL
 (recipe/dynamo). Every prompt id keeps its cumulative history (G_i rollouts, k_i successes);
-P_i = k_i (G_i - k_i) / (G_i (G_i - 1)) is the unbiased Bernoulli variance; the Neyman rule
-n_i ∝ sigma_i with sigma_i = sqrt(P_i), bounded to [G_min, G_max], is a water level.
+P_i = k_i (G_i - k_i) / (G_i (G_i - 1)) is the unbiased Bernoulli variance. The README calls
+P_i "a proxy for sigma_i", so n_i ∝ P_i (as the official code allocates) is the default; the
+Neyman reading of P_i as a variance, n_i ∝ sqrt(P_i), is ``proxy_power=0.5``. Bounded to
+[G_min, G_max] the rule is a water level.
 
 The defaults follow the paper; ``OFFICIAL_CODE_OPTIONS`` reproduces the official code
 (priority ∝ P, floor-then-proportional split, mastery cut-off, epoch-wise refresh, uniform
@@ -28,19 +30,24 @@ from replication.allocation.variance import bernoulli_variance
 from replication.allocation.water_level import round_to_budget, water_level_allocation
 
 RULES = ("water_level", "floor_proportional")
-PROXIES = ("unbiased", "official")
+PROXIES = ("unbiased", "official", "recipe")
 REFRESH = ("step", "epoch")
-UNSEEN = ("optimistic", "batch_max")
+UNSEEN = ("optimistic", "batch_max", "zero")
+
+OFFICIAL_MIN_HISTORY = 4
+"""verl/utils/dataset/rl_dataset.py::update_rank: a prompt with G < initial_budget = 4 rollouts
+gets priority −1, which the split treats as 0 (never eligible for extra rollouts)."""
 
 # Largest value each proxy takes for a Bernoulli reward (p = 1/2, infinite history): the
 # optimistic prior of a prompt with no usable history. 1.0 is also the official code's
 # priority for never-sampled prompts.
-PROXY_MAX = {"unbiased": 0.25, "official": 1.0}
+PROXY_MAX = {"unbiased": 0.25, "official": 0.25, "recipe": 1.0}
 
 OFFICIAL_CODE_OPTIONS: dict[str, Any] = {
     "lower": 8,
     "upper": 24,
     "proxy": "official",
+    "unseen": "zero",
     "proxy_power": 1.0,
     "rule": "floor_proportional",
     "priority_floor": 0.01,
@@ -49,7 +56,8 @@ OFFICIAL_CODE_OPTIONS: dict[str, Any] = {
     "refresh": "epoch",
     "uniform_first_epoch": True,
 }
-"""Options reproducing GithubX-F/DynaMO-RL (run_qwen2.5-math-7b.sh: n_low 8, n_high 24)."""
+"""Options reproducing GithubX-F/DynaMO-RL as it trains (run_qwen2.5-math-7b.sh: n_low 8,
+n_high 24; priorities from verl/utils/dataset/rl_dataset.py::update_rank)."""
 
 
 def floor_proportional_allocation(
@@ -115,12 +123,15 @@ class DynamoDRA(Allocator):
         upper: int = 24
         """G_max: most rollouts per prompt (official code n_high = 24)."""
         proxy: str = "unbiased"
-        """Variance proxy: "unbiased" P = k(G-k)/(G(G-1)) (DynaMO README), or "official"
-        4 acc (1 - acc) with acc = k/G (official update_rank; it counts reward > batch mean,
-        which equals success for ±1 rewards)."""
-        proxy_power: float = 0.5
-        """sigma = priority ** proxy_power. 0.5: the paper's Neyman optimum n ∝ sqrt(P);
-        1.0: the official code, which allocates ∝ P."""
+        """Variance proxy: "unbiased" P = k(G-k)/(G(G-1)) (DynaMO README); "official" = the
+        file the official trainer uses (verl/utils/dataset/rl_dataset.py::update_rank): the same
+        P plus a (1 − acc)·1e-6 tie-break, only for prompts with G >= 4 (fewer: priority −1,
+        i.e. 0 — pair with ``unseen="zero"``); "recipe" = 4 acc (1 − acc), acc = k/G, of
+        recipe/dynamo/rl_dataset.py, which the official trainer does NOT use."""
+        proxy_power: float = 1.0
+        """sigma = priority ** proxy_power. 1.0: n ∝ P — the README calls P "a proxy for σ" and
+        the official code allocates ∝ P (default). 0.5: n ∝ sqrt(P), the Neyman optimum if P is
+        read as a variance (our earlier reading, an option)."""
         rule: str = "water_level"
         """"water_level": n = clip(c sigma, lower, upper) (the KKT solution of the paper's
         objective); "floor_proportional": lower each, the rest ∝ sigma capped at upper
@@ -194,15 +205,20 @@ class DynamoDRA(Allocator):
         if c.proxy == "unbiased":
             seen = g >= 2
             proxy = bernoulli_variance(k, g)
+        elif c.proxy == "official":
+            seen = g >= OFFICIAL_MIN_HISTORY
+            acc = np.divide(k, g, out=np.zeros(g.size), where=g > 0)
+            proxy = np.where(seen, bernoulli_variance(k, g) + (1.0 - acc) * 1e-6, 0.0)
         else:
             seen = g >= 1
             acc = np.divide(k, g, out=np.zeros(g.size), where=seen)
             proxy = 4.0 * acc * (1.0 - acc)
-        prior = PROXY_MAX[c.proxy]
+        prior = 0.0 if c.unseen == "zero" else PROXY_MAX[c.proxy]
         if c.unseen == "batch_max" and seen.any():
             prior = float(proxy[seen].max())
         proxy = np.where(seen, proxy, prior)
-        priority = np.maximum(proxy, c.priority_floor)
+        priority = np.where(seen, np.maximum(proxy, c.priority_floor),
+                            prior if c.unseen == "zero" else np.maximum(prior, c.priority_floor))
         if c.mastery_threshold is not None:
             acc = np.divide(k, g, out=np.zeros(g.size), where=g > 0)
             priority = np.where(seen & (acc >= c.mastery_threshold), c.priority_floor, priority)

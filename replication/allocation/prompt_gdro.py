@@ -63,13 +63,21 @@ class PromptGDROConfig:
     ln(ω_max)/η (≈ 4.17 at the defaults), so ω ∈ [1/ω_max, ω_max] and the cap never cuts ω."""
     omega_max: float = 15.0
     """ω_max, cap of a per-prompt weight (paper and code: 15)."""
-    debias: bool = False
+    debias: bool = True
     """Divide the bin mean loss by the realised share max(q̂_t(b), floor) — the paper's
-    "optional" normalisation (EMA-debiased GDRO), which its reported runs used. Off here by
-    default; docs/fidelity/gdro.md."""
+    "optional" normalisation (EMA-debiased GDRO), which its reported runs used (gdro.md), hence
+    on by default; ``debias=False`` is plain class GDRO."""
     share_floor: float = 0.05
     """Floor of the realised share under ``debias`` (not given in the paper; 0.05 = half the
     uniform share of 10 bins), so a bin with one prompt cannot multiply its loss by |B|."""
+    clip_scores: bool = True
+    """Clip S_b to [−C, C] before exponentiation (paper). Official code: False (no clip)."""
+    exploration: str = "all_bins"
+    """Uniform mixing of q: 'all_bins' = γ/B (paper); 'present_bins' = γ/|bins present in the
+    batch| on those bins only (official code). Only q (``mode='q_mean1'``) uses it."""
+    first_score: str = "ema"
+    """'ema': S_b starts at 0 and every observation is an EMA step (paper's formula);
+    'first_value': S_b = the first observed (debiased) bin loss, EMA afterwards (official code)."""
     mode: str = "omega"
     """'omega': w_i = min(ω_b(i), ω_max), unnormalised (paper). 'q_mean1': q rescaled to mean 1
     over the batch's rollout rows, then capped (official code)."""
@@ -92,6 +100,10 @@ class PromptGDROConfig:
             raise ValueError(f"omega_max must be > 0, got {self.omega_max!r}")
         if not 0.0 < float(self.share_floor) <= 1.0:
             raise ValueError(f"share_floor must be in (0, 1], got {self.share_floor!r}")
+        if self.exploration not in ("all_bins", "present_bins"):
+            raise ValueError(f"exploration must be 'all_bins' or 'present_bins', got {self.exploration!r}")
+        if self.first_score not in ("ema", "first_value"):
+            raise ValueError(f"first_score must be 'ema' or 'first_value', got {self.first_score!r}")
         if self.mode not in WEIGHT_MODES:
             raise ValueError(f"mode must be one of {WEIGHT_MODES}, got {self.mode!r}")
 
@@ -112,6 +124,7 @@ class PromptGDRO:
         self.n_bins = int(config.n_bins)
         self.scores = np.zeros(self.n_bins)
         self.steps = 0
+        self.observed = np.zeros(self.n_bins, dtype=bool)
         self._last_mass = np.full(self.n_bins, np.nan)
 
     @property
@@ -122,12 +135,16 @@ class PromptGDRO:
     def omega(self) -> np.ndarray:
         """ω_b = exp(η · clip(S_b, −C, C)) per bin (uncapped)."""
         c = self.clip_value
-        return np.exp(float(self.config.eta) * np.clip(self.scores, -c, c))
+        s = np.clip(self.scores, -c, c) if self.config.clip_scores else self.scores
+        return np.exp(float(self.config.eta) * s)
 
-    def distribution(self) -> np.ndarray:
-        """q_b = (1 − γ) ω_b / Σ ω + γ / B."""
+    def distribution(self, present: np.ndarray | None = None) -> np.ndarray:
+        """q_b = (1 − γ) ω_b / Σ ω + γ / B; with ``exploration='present_bins'`` and a boolean
+        ``present`` mask, the γ mass is split over the present bins only (official code)."""
         w = self.omega()
         g = float(self.config.gamma)
+        if self.config.exploration == "present_bins" and present is not None and present.any():
+            return (1.0 - g) * w / w.sum() + g * present / present.sum()
         return (1.0 - g) * w / w.sum() + g / self.n_bins
 
     # ----------------------------------------------------------------- weights
@@ -140,7 +157,7 @@ class PromptGDRO:
         if self.config.mode == "omega":
             w = np.minimum(self.omega()[b], cap)
         else:
-            q = self.distribution()[b]
+            q = self.distribution(np.bincount(b, minlength=self.n_bins) > 0)[b]
             rows = float(n.sum())
             if rows <= 0:
                 raise ValueError("q_mean1 mode needs at least one rollout row (counts sum to 0)")
@@ -174,6 +191,10 @@ class PromptGDRO:
         beta = float(self.config.beta)
         # Bins absent from the batch carry no evidence this step: their score is left alone.
         self.scores[present] = (1.0 - beta) * self.scores[present] + beta * mean_loss[present]
+        if self.config.first_score == "first_value":
+            first = present & ~self.observed
+            self.scores[first] = mean_loss[first]
+        self.observed |= present
         self.steps += 1
 
     def _check(self, prompt_ids, bins, counts):
@@ -202,6 +223,7 @@ class PromptGDRO:
             "config": dataclasses.asdict(self.config),
             "scores": self.scores.tolist(),
             "steps": self.steps,
+            "observed": self.observed.tolist(),
         }
 
     def load_state_dict(self, state: Mapping[str, Any]) -> None:
@@ -209,3 +231,4 @@ class PromptGDRO:
             raise ValueError("PromptGDRO state was saved under a different PromptGDROConfig")
         self.scores = np.asarray(state["scores"], dtype=np.float64).copy()
         self.steps = int(state["steps"])
+        self.observed = np.asarray(state.get("observed", self.scores != 0), dtype=bool)

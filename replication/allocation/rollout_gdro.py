@@ -5,8 +5,9 @@ arms n ∈ {n_min, ..., n_max} (paper 2..12). The arm loss is the Lagrangian
 
     L_b(n) = −Ĵ_b(n) + μ n,     Ĵ_b = −(mean prompt loss of bin b's prompts this step),
 
-so a bin whose prompts carried a large training loss (much left to learn) rewards the arm it
-played, and the shadow price μ charges for compute. Each step the configuration of maximal joint
+and each bin's EXP3P MINIMISES L_b: a bin whose prompts carried a large training loss makes the
+arm it played LESS likely next time (maximising Ĵ_b = −loss, the paper's objective), and the
+shadow price μ charges for compute. Each step the configuration of maximal joint
 probability Π_b P_b(n_b) that spends the budget EXACTLY, Σ_b |B_b| n_b = C, is chosen by a
 dynamic programme over bins (``max_joint_probability_config``). Then
 
@@ -158,6 +159,11 @@ class RolloutGDRO(Allocator):
         """n̂ in the dual step: 'expected' = Σ_b q̂(b) E_{P_b}[n] (the bandits' demand);
         'realised' = the observed mean count (= n̄ under exact plans, so μ stays put, like the
         official code)."""
+        bin_loss_ema: float | None = None
+        """EMA weight of the new value in a per-bin score of the loss signal fed to the bandit.
+        None (paper): the bandit sees this step's bin mean loss and the 0.4 EMA is on the arm
+        scores (``arm_ema``). Official code: 0.4 here, the bin score set to the first value it
+        sees (S = m on first observation), with ``arm_ema=None`` (undecayed arm-score sums)."""
         fallback_signal: str = "nonzero_advantage"
         """Prompt loss used when observe() gets no prompt_losses: 'nonzero_advantage' =
         −fraction of rollouts with non-zero group-centred advantage; 'success_variance' =
@@ -179,6 +185,8 @@ class RolloutGDRO(Allocator):
             raise ValueError(f"{self.name}: dual_signal must be one of {DUAL_SIGNALS}, got {cfg.dual_signal!r}")
         if cfg.mu_cost not in MU_COSTS:
             raise ValueError(f"{self.name}: mu_cost must be one of {MU_COSTS}, got {cfg.mu_cost!r}")
+        if cfg.bin_loss_ema is not None and not 0.0 < float(cfg.bin_loss_ema) <= 1.0:
+            raise ValueError(f"{self.name}: bin_loss_ema must be in (0, 1] or None, got {cfg.bin_loss_ema!r}")
         if cfg.fallback_signal not in FALLBACK_SIGNALS:
             raise ValueError(
                 f"{self.name}: fallback_signal must be one of {FALLBACK_SIGNALS}, got {cfg.fallback_signal!r}"
@@ -193,6 +201,7 @@ class RolloutGDRO(Allocator):
             EXP3P(len(self.arms), self._bandit_config(), seed=self.seed + b) for b in range(int(cfg.n_bins))
         ]
         self.mu = float(cfg.mu_init)
+        self.bin_score = np.full(int(cfg.n_bins), np.nan)  # only used with bin_loss_ema
 
     def _bandit_config(self) -> EXP3PConfig:
         c = self.config
@@ -254,6 +263,11 @@ class RolloutGDRO(Allocator):
             values, freq = np.unique(counts[members], return_counts=True)
             arm = int(np.clip(values[np.argmax(freq)], lo, hi))
             loss = float(prompt_losses[members].mean())  # −Ĵ_b
+            if cfg.bin_loss_ema is not None:  # official code: EMA on the bin score, S = m at first
+                old = self.bin_score[int(b)]
+                lam = float(cfg.bin_loss_ema)
+                loss = loss if not np.isfinite(old) else (1.0 - lam) * old + lam * loss
+                self.bin_score[int(b)] = loss
             prob = float(probs[int(b)][arm - lo])
             if cfg.mu_cost == "all_arms":
                 self.bandits[int(b)].update(arm - lo, loss, prob=prob, known=self.mu * self.arms)
@@ -269,12 +283,15 @@ class RolloutGDRO(Allocator):
     def _state(self) -> dict[str, Any]:
         return {
             "mu": self.mu,
+            "bin_score": [None if not np.isfinite(x) else float(x) for x in self.bin_score],
             "classifier": self.classifier.state_dict(),
             "bandits": [b.state_dict() for b in self.bandits],
         }
 
     def _load_state(self, state: Mapping[str, Any]) -> None:
         self.mu = float(state["mu"])
+        if "bin_score" in state:
+            self.bin_score = np.array([np.nan if x is None else x for x in state["bin_score"]], dtype=np.float64)
         self.classifier.load_state_dict(state["classifier"])
         if len(state["bandits"]) != len(self.bandits):
             raise ValueError(f"state has {len(state['bandits'])} bin bandits, config has {len(self.bandits)}")

@@ -17,10 +17,12 @@ damps the few tokens whose update would move the entropy most. With the defaults
 = 0.8 exactly and β_stab(1) = 0.6 + 0.4/(1 + e^0.5) ≈ 0.75102; β_stab(0.9) ≈ 0.9956,
 β_stab(0.8) ≈ 0.99997.
 
-This is the README/figure formula. The official code differs (per-sequence SUM of
-−η π² Λ ξ broadcast to every token, no centring; min/max over padded positions too; +1e-8
-instead of guards) — see docs/fidelity/rl.md. The learning rate η of the code is dropped: it
-cancels in x = Ξ / max Ξ.
+This is the README/figure formula, which is also the official code after its 2026-04-12 fix
+(``delta_h="token_centred"``, default). The code that produced the paper's numbers (before that
+fix) used the per-sequence SUM of −η π² Λ ξ over valid tokens, broadcast to every token, no
+centring: ``delta_h="sequence_sum"``. Other code details (min/max over padded positions too;
++1e-8 instead of guards) — see docs/fidelity/rl.md. The learning rate η of the code is dropped:
+it cancels in x = Ξ / max Ξ.
 """
 
 from __future__ import annotations
@@ -36,6 +38,8 @@ from replication.rl.ppo import PPOConfig, policy_ratio, ppo_clip_active
 MODULATIONS: Registry[type] = Registry("modulation")
 """Token-level advantage modulation name → its config dataclass (config ``rl.modulation``,
 options ``rl.modulation_options``; the CLI's ``--modulation`` choices)."""
+
+DELTA_H_FORMS = ("token_centred", "sequence_sum")
 
 
 @MODULATIONS.register("dynamo")
@@ -56,6 +60,10 @@ class DynaMOConfig:
     """Apply gradient compensation (the paper's GC ablation switches it off)."""
     enable_stab: bool = True
     """Apply update-magnitude stabilisation (the paper's UMS ablation switches it off)."""
+    delta_h: str = "token_centred"
+    """Form of ΔH: "token_centred" = −ξ(πΛ − mean_seq πΛ) per token (README; official code
+    after its 2026-04-12 fix); "sequence_sum" = |Σ_seq π²Λξ| broadcast to every token of the
+    sequence (the pre-fix code that produced the paper's numbers)."""
 
     def __post_init__(self) -> None:
         if not self.alpha >= 0:
@@ -66,6 +74,8 @@ class DynaMOConfig:
             raise ValueError(f"DynaMOConfig.gamma must be > 0, got {self.gamma}")
         if not 0.0 < self.tau <= 1.0:
             raise ValueError(f"DynaMOConfig.tau must be in (0, 1], got {self.tau}")
+        if self.delta_h not in DELTA_H_FORMS:
+            raise ValueError(f"DynaMOConfig.delta_h must be one of {DELTA_H_FORMS}, got {self.delta_h!r}")
 
     @classmethod
     def alt_mode(cls) -> "DynaMOConfig":
@@ -116,8 +126,10 @@ def entropy_change_magnitude(
     entropy: torch.Tensor,
     mask: torch.Tensor,
     ppo_cfg: PPOConfig,
+    form: str = "token_centred",
 ) -> torch.Tensor:
-    """Ξ_t = |ΔH_t| [N, L] (detached, 0 outside the mask); ΔH_t as in the module docstring."""
+    """Ξ_t = |ΔH_t| [N, L] (detached, 0 outside the mask); ΔH_t as in the module docstring, or
+    with ``form="sequence_sum"`` the pre-fix code's |Σ_seq π²Λξ| on every token of the sequence."""
     with torch.no_grad():
         m = mask.to(torch.bool)
         lp = logp.detach()
@@ -126,6 +138,9 @@ def entropy_change_magnitude(
         xi = ppo_clip_active(ratio, a, ppo_cfg).to(lp.dtype) * ratio * a
         pi_lam = torch.exp(lp) * (lp + entropy.detach())
         pi_lam = torch.where(m, pi_lam, torch.zeros_like(pi_lam))
+        if form == "sequence_sum":
+            per_seq = (torch.exp(lp) * pi_lam * xi * m).sum(-1, keepdim=True).abs()
+            return torch.where(m, per_seq.expand_as(lp), torch.zeros_like(lp))
         seq_mean = pi_lam.sum(-1, keepdim=True) / m.sum(-1, keepdim=True).clamp_min(1)
         delta_h = -xi * (pi_lam - seq_mean)
         return torch.where(m, delta_h.abs(), torch.zeros_like(delta_h))
@@ -148,7 +163,7 @@ def update_stabilisation(
     """
     with torch.no_grad():
         m = mask.to(torch.bool)
-        big_xi = entropy_change_magnitude(adv, logp, old_logp, entropy, mask, ppo_cfg)
+        big_xi = entropy_change_magnitude(adv, logp, old_logp, entropy, mask, ppo_cfg, cfg.delta_h)
         top = big_xi.max() if m.any() else big_xi.new_zeros(())
         if xi_max is not None:
             top = torch.tensor(xi_max, dtype=big_xi.dtype, device=big_xi.device)

@@ -113,6 +113,7 @@ def train(
 def train_step(cfg: TrainConfig, c: Components, step: int, world: World = World()) -> tuple[dict, list[dict]]:
     t_step = time.perf_counter()  # allocator_seconds = plan + observe (VIP's overhead figure)
     # 1. prompts and the allocation of the step's fixed budget C = Q·n̄
+    epoch = c.sampler.epoch
     idx = c.sampler.next_batch(cfg.rollout.prompts_per_step)
     ids = [c.train.ids[i] for i in idx]
     t_alloc = time.perf_counter()
@@ -147,8 +148,11 @@ def train_step(cfg: TrainConfig, c: Components, step: int, world: World = World(
     adv = group_advantages(rewards, group_index, cfg.rl.estimator)
     prompt_w = np.ones(len(ids))
     bins = c.bins(ids)
+    weights_seconds = 0.0  # Prompt-GDRO's own time (weights + observe), beside allocator_seconds
     if c.prompt_weights is not None:
+        t_w = time.perf_counter()
         prompt_w = c.prompt_weights.weights(ids, bins, counts)
+        weights_seconds += time.perf_counter() - t_w
         adv = adv * prompt_w[group_index]
 
     # 4. PPO-clip update over mini-batches (+ DynaMO token modulation), on this rank's rows
@@ -164,15 +168,20 @@ def train_step(cfg: TrainConfig, c: Components, step: int, world: World = World(
 
     # 5. feedback: per-prompt losses (mean over the prompt's rollouts) to allocator and weighter
     q = len(ids)
-    my_loss = np.bincount(batch.group_index, weights=upd.row_loss, minlength=len(my_idx))
+    row_loss = upd.row_loss if cfg.rl.prompt_loss_kl or upd.row_kl is None else upd.row_loss - upd.row_kl
+    my_loss = np.bincount(batch.group_index, weights=row_loss, minlength=len(my_idx))
     prompt_loss = world.concat(my_loss) / counts
     succ = np.bincount(group_index, weights=correct.astype(float), minlength=q)
     t_obs = time.perf_counter()
     c.allocator.observe(ids, counts, rewards, prompt_losses=prompt_loss)
     alloc_seconds += time.perf_counter() - t_obs  # VIP's GP update lives in observe
     if c.prompt_weights is not None:
+        t_w = time.perf_counter()
         c.prompt_weights.observe(ids, bins, prompt_loss)
+        weights_seconds += time.perf_counter() - t_w
     c.observe_bins(ids, counts, correct)
+    if c.sampler.epoch > epoch and hasattr(c.allocator, "end_epoch"):
+        c.allocator.end_epoch()  # the sampler finished a pass over the pool (DynaMO's refresh)
 
     zero_var = (succ == 0) | (succ == counts)
     effective = float(counts[~zero_var].sum() / counts.sum())
@@ -186,6 +195,7 @@ def train_step(cfg: TrainConfig, c: Components, step: int, world: World = World(
         "effective_rollout_frac": effective,
         "counts_hist": np.bincount(counts, minlength=cfg.rollout.upper + 1).tolist(),
         "allocator_seconds": alloc_seconds,
+        "prompt_weights_seconds": weights_seconds,
         "step_seconds": time.perf_counter() - t_step,
         **{k: v for k, v in upd.stats.items()},
     }

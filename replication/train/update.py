@@ -36,9 +36,12 @@ class UpdateResult:
     row_loss: np.ndarray
     """Per-row token-mean clipped surrogate loss + β·KL, at the time the row was trained, with
     the Prompt-GDRO weight divided back out of the surrogate: the adversary scores the loss of
-    the unweighted objective (a positive weight passes through min/clip, so this is exact)."""
+    the unweighted objective (a positive weight passes through min/clip, so this is exact).
+    With several PPO epochs, the mean over the epochs."""
     stats: dict
     """Means over mini-batches: grad_norm, clipfrac, entropy, approx_kl, modulation stats."""
+    row_kl: np.ndarray | None = None
+    """The β·KL part of ``row_loss`` (same averaging); zeros without KL."""
 
 
 def ppo_update(
@@ -64,6 +67,7 @@ def ppo_update(
     n = shard.n_global
     adv_rows = torch.as_tensor(row_advantages, dtype=torch.float32)
     row_loss = np.zeros(batch.n_rows)
+    row_kl = np.zeros(batch.n_rows)
     collected: dict[str, list[float]] = {}
     use_kl = ref_model is not None and ppo_cfg.kl_coef > 0
     model.train()
@@ -96,7 +100,7 @@ def ppo_update(
                     logp = ent = old = adv_tok = kmask = None
                 mod_stats = {}
                 if modulation is not None:
-                    extent = _modulation_extent(world, adv_tok, logp, old, ent, kmask, ppo_cfg)
+                    extent = _modulation_extent(world, adv_tok, logp, old, ent, kmask, ppo_cfg, modulation.delta_h)
                     if len(keep) > 0:
                         adv_tok, mod_stats = modulate_advantages(
                             adv_tok, logp.detach(), old, ent.detach(), kmask, modulation, ppo_cfg, **extent
@@ -116,7 +120,9 @@ def ppo_update(
                     stats["entropy"] = float((ent.detach() * kmask).sum() / kmask.sum().clamp_min(1))
                     surrogate = (res.row_loss - res.row_kl).numpy()
                     w = 1.0 if row_weights is None else row_weights[keep.numpy()]
-                    row_loss[keep.numpy()] = surrogate / w + res.row_kl.numpy()
+                    # Mean over PPO epochs (gdro.md: the loss "as computed during the step's update").
+                    row_loss[keep.numpy()] += (surrogate / w + res.row_kl.numpy()) / ppo_epochs
+                    row_kl[keep.numpy()] += res.row_kl.numpy() / ppo_epochs
                 world.sum_gradients(model)
                 gn = torch.nn.utils.clip_grad_norm_(model.parameters(), grad_clip)
                 optimizer.step()
@@ -137,11 +143,11 @@ def ppo_update(
                 if isinstance(v, (int, float)):
                     collected.setdefault(k, []).append(float(v))
     means = {k: float(np.nanmean(v)) if len(v) else float("nan") for k, v in collected.items()}
-    return UpdateResult(row_loss=row_loss, stats=means)
+    return UpdateResult(row_loss=row_loss, row_kl=row_kl, stats=means)
 
 
 def _modulation_extent(
-    world: World, adv_tok, logp, old, ent, kmask, ppo_cfg: PPOConfig
+    world: World, adv_tok, logp, old, ent, kmask, ppo_cfg: PPOConfig, delta_h: str = "token_centred"
 ) -> dict:
     """DynaMO's H_min/H_max and max Ξ over the mini-batch's valid tokens on EVERY rank (empty
     with one process: modulate_advantages then takes them from the rows it is given)."""
@@ -151,7 +157,8 @@ def _modulation_extent(
     if kmask is not None and bool(kmask.bool().any()):
         h = ent.detach()[kmask.bool()]
         lo, hi = float(h.min()), float(h.max())
-        top = float(entropy_change_magnitude(adv_tok, logp.detach(), old, ent.detach(), kmask, ppo_cfg).max())
+        top = float(entropy_change_magnitude(adv_tok, logp.detach(), old, ent.detach(), kmask, ppo_cfg,
+                                             delta_h).max())
     parts = world.gather((lo, hi, top))
     return {
         "entropy_range": (min(p[0] for p in parts), max(p[1] for p in parts)),

@@ -44,7 +44,7 @@ def test_bookkeeping_is_by_id_under_shuffles_and_variable_counts():
 
 
 def test_plan_is_neyman_water_level_on_cumulative_variance():
-    alloc = make_allocator("dynamo", lower=2, upper=12)
+    alloc = make_allocator("dynamo", lower=2, upper=12, proxy_power=0.5)  # the Neyman reading
     observe_groups(alloc, {"a": [1, 0, 1, 0], "b": [1, 1, 1, 0], "c": [1, 1, 1, 1]})
     observe_groups(alloc, {"b": [0, 0], "a": [1, 1]})
     ids = ["c", "a", "b", "new"]
@@ -148,10 +148,17 @@ def test_official_options_reproduce_official_priorities_and_split():
     observe_groups(alloc, hist)
     alloc.end_epoch()
     counts = alloc.plan(ids, 48)
-    # priorities 4 acc(1-acc) floored at 0.01, mastered (acc >= 0.85) -> 0.01: [1, .75, .01, .01]
-    np.testing.assert_allclose(alloc.plan_details()["priority"], [1.0, 0.75, 0.01, 0.01])
-    # 8 each, then 16 by [1,.75,.01,.01]/1.77: [9.04, 6.78, .09, .09] -> [9, 7, 0, 0]
+    # verl/utils/dataset/rl_dataset.py::update_rank: P = k(G-k)/(G(G-1)) + (1-acc)·1e-6, floored
+    # at 0.01; mastered (acc >= 0.85) -> 0.01: [64/240, 48/240, .01, .01]
+    pr = alloc.plan_details()["priority"]
+    np.testing.assert_allclose(pr, [64 / 240 + 0.5e-6, 48 / 240 + 0.75e-6, 0.01, 0.01])
+    # 8 each, then 16 by priority: [8.77, 6.58, .33, .33] -> [9, 7, 0, 0]
     np.testing.assert_array_equal(counts, [17, 15, 8, 8])
+    # G < 4: priority -1 in the code, i.e. 0 here, never eligible for extra rollouts
+    observe_groups(alloc, {"p4": [1, 0]})
+    alloc.end_epoch()
+    counts = alloc.plan(["p0", "p4"], 24)
+    assert alloc.plan_details()["priority"][1] == 0.0 and counts.tolist() == [16, 8]
 
 
 # ----------------------------------------------------------------------------- errors
@@ -163,7 +170,7 @@ def test_official_options_reproduce_official_priorities_and_split():
         ({"rule": "neyman"}, "rule"),
         ({"proxy": "biased"}, "proxy"),
         ({"refresh": "never"}, "refresh"),
-        ({"unseen": "zero"}, "unseen"),
+        ({"unseen": "never"}, "unseen"),
         ({"proxy_power": 0.0}, "proxy_power"),
         ({"priority_floor": -0.1}, "priority_floor"),
         ({"mastery_threshold": 1.5}, "mastery_threshold"),
@@ -193,3 +200,18 @@ def test_runtime_errors():
     bad["state"]["visible"] = {"ids": ["a"], "rollouts": [], "successes": []}
     with pytest.raises(ValueError, match="differ in length"):
         alloc.load_state_dict(bad)
+
+
+def test_default_allocates_proportional_to_p_as_the_readme_and_code():
+    alloc = make_allocator("dynamo", lower=1, upper=20)
+    observe_groups(alloc, {0: [1, 0, 0, 0], 1: [1, 1, 0, 0]})
+    alloc.plan([0, 1], 8)
+    p = bernoulli_variance([1, 2], [4, 4])
+    np.testing.assert_allclose(alloc.plan_details()["sigma"], p)  # sigma = P, not sqrt(P)
+
+
+def test_recipe_proxy_keeps_the_unused_files_form():
+    alloc = make_allocator("dynamo", lower=1, upper=20, proxy="recipe")
+    observe_groups(alloc, {0: [1, 0, 0, 0]})
+    alloc.plan([0], 4)
+    np.testing.assert_allclose(alloc.plan_details()["priority"], [4 * 0.25 * 0.75])

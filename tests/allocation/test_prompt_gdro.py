@@ -18,7 +18,7 @@ def test_starts_neutral():
 
 
 def test_score_ema_and_omega_weights_by_hand():
-    pg = PromptGDRO(n_bins=3)
+    pg = PromptGDRO(n_bins=3, debias=False)
     # bin 0: losses 1 and 3 -> mean 2; bin 2: 0.5; bin 1 absent -> untouched
     pg.observe(["a", "b", "c"], [0, 0, 2], [1.0, 3.0, 0.5])
     assert pg.scores.tolist() == pytest.approx([0.12 * 2, 0.0, 0.12 * 0.5])
@@ -91,7 +91,7 @@ def test_state_round_trip():
         range(4), [0, 1, 3, 9], [2, 2, 2, 2]
     ).tolist()
     with pytest.raises(ValueError, match="different PromptGDROConfig"):
-        PromptGDRO().load_state_dict(a.state_dict())
+        PromptGDRO(debias=False).load_state_dict(a.state_dict())
 
 
 @settings(max_examples=60, deadline=None)
@@ -140,3 +140,23 @@ def test_bad_inputs():
         pg.observe([1, 2], [0, 1], [0.1])
     with pytest.raises(ValueError, match="duplicate"):
         pg.observe([1, 1], [0, 1], [0.1, 0.2])
+
+
+def test_default_is_the_papers_debiased_gdro():
+    assert PromptGDROConfig().debias is True
+
+
+def test_official_code_options_first_value_no_clip_present_bin_exploration():
+    pg = PromptGDRO(n_bins=3, debias=False, first_score="first_value")
+    pg.observe(["a", "b"], [0, 2], [2.0, 0.5])
+    assert pg.scores.tolist() == pytest.approx([2.0, 0.0, 0.5])  # S = m at first observation
+    pg.observe(["a"], [0], [0.0])
+    assert pg.scores[0] == pytest.approx(0.88 * 2.0)  # EMA afterwards
+    no_clip = PromptGDRO(n_bins=2, clip_scores=False)
+    no_clip.scores = np.array([10.0, 0.0])
+    assert no_clip.omega()[0] == pytest.approx(math.exp(6.5))  # beyond the default clip ln(15)/0.65
+    pres = PromptGDRO(n_bins=4, gamma=0.2, exploration="present_bins")
+    q = pres.distribution(np.array([True, True, False, False]))
+    assert q.tolist() == pytest.approx([0.8 / 4 + 0.1, 0.8 / 4 + 0.1, 0.2, 0.2])
+    with pytest.raises(ValueError, match="exploration"):
+        PromptGDRO(exploration="nope")

@@ -329,3 +329,20 @@ def test_sqrt_law_state_round_trip():
 def test_sqrt_law_bad_config_names_key(opts, key):
     with pytest.raises(ValueError, match=key):
         sqrt_law(**opts)
+
+
+def test_bin_loss_ema_official_code_option_sets_first_value_then_ema(monkeypatch):
+    """bin_loss_ema=0.4 (official code): the bandit sees an EMA of the bin's loss, S = m at first."""
+    from replication.allocation import make_allocator
+    from replication.allocation.exp3p import EXP3P
+
+    seen = []
+    monkeypatch.setattr(EXP3P, "update", lambda self, arm, loss, prob=None, known=None: seen.append(loss))
+    alloc = make_allocator("rollout-gdro", n_bins=1, bin_loss_ema=0.4, arm_ema=None)
+    ids = ["a", "b"]
+    for loss in (1.0, 0.0):
+        counts = alloc.plan(ids, 8)
+        alloc.observe(ids, counts, np.zeros(int(counts.sum())), prompt_losses=np.array([loss, loss]))
+    assert seen == pytest.approx([1.0, 0.6])
+    with pytest.raises(ValueError, match="bin_loss_ema"):
+        make_allocator("rollout-gdro", bin_loss_ema=1.5)

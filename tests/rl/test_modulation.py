@@ -150,3 +150,29 @@ def test_switches_turn_factors_off():
     only_comp = DynaMOConfig(enable_stab=False)
     out, _ = modulate_advantages(adv, logp, old, ent, mask, only_comp, PPOConfig())
     torch.testing.assert_close(out, adv[:, None] * gradient_compensation(adv, ent, mask, 0.2))
+
+
+def test_sequence_sum_delta_h_is_the_pre_fix_codes_per_sequence_sum():
+    """delta_h="sequence_sum": |Σ_seq π²Λξ| broadcast to every valid token (pre-2026-04-12 code)."""
+    import torch
+
+    from replication.rl import PPOConfig
+    from replication.rl.modulation import DynaMOConfig, entropy_change_magnitude
+
+    torch.manual_seed(0)
+    lp = -torch.rand(2, 4)
+    ent = torch.rand(2, 4)
+    mask = torch.tensor([[1, 1, 1, 0], [1, 1, 0, 0]], dtype=torch.bool)
+    adv = torch.tensor([0.5, -1.0])
+    cfg = PPOConfig(dual_clip=None)
+    got = entropy_change_magnitude(adv, lp, lp, ent, mask, cfg, "sequence_sum")
+    pi = lp.exp()
+    per_tok = pi * pi * (lp + ent) * adv[:, None]  # r = 1, every token live
+    want = (per_tok * mask).sum(-1).abs()
+    for i in range(2):
+        assert torch.allclose(got[i][mask[i]], want[i].expand(int(mask[i].sum())))
+        assert torch.all(got[i][~mask[i]] == 0)
+    centred = entropy_change_magnitude(adv, lp, lp, ent, mask, cfg)
+    assert not torch.allclose(centred, got)
+    with pytest.raises(ValueError, match="delta_h"):
+        DynaMOConfig(delta_h="tokens")

@@ -96,3 +96,25 @@ def test_zero_advantage_rows_skipped_without_changing_the_gradient(policy):
                grad_clip=1e9, rng=np.random.default_rng(0))
     for a, b in zip(g_full, opt.grads):
         assert torch.allclose(a, b, atol=1e-6)
+
+
+def test_per_row_loss_is_the_mean_over_ppo_epochs(policy):
+    """With two PPO epochs the per-row loss (the GDRO adversaries' signal) is the mean of the two
+    epochs' losses, not the last epoch's."""
+    import copy
+
+    model, tok = policy
+    batch = _batch(model, tok, [3, 3, 3, 3])
+    adv = np.zeros(batch.n_rows)
+    adv[:6] = [0.5, -0.25, -0.25, 1.0, -0.5, -0.5]
+    cfg = PPOConfig(dual_clip=None)
+    kw = dict(temperature=1.0, mini_batches=1, grad_clip=1e9, rng=np.random.default_rng(0))
+    seq = copy.deepcopy(model)
+    opt = torch.optim.SGD(seq.parameters(), lr=0.5)
+    first = ppo_update(seq, opt, None, batch, adv, cfg, ppo_epochs=1, **kw).row_loss
+    second = ppo_update(seq, opt, None, batch, adv, cfg, ppo_epochs=1, **kw).row_loss
+    assert not np.allclose(first, second)  # the first epoch moved the policy
+    both = ppo_update(model, torch.optim.SGD(model.parameters(), lr=0.5), None, batch, adv, cfg,
+                      ppo_epochs=2, **kw)
+    assert np.allclose(both.row_loss, (first + second) / 2, atol=1e-6)
+    assert np.all(both.row_kl == 0)
