@@ -9,7 +9,7 @@ import pytest
 
 from replication.allocation.prompt_gdro import PromptGDROConfig
 from replication.config import load_profile
-from replication.report.pipeline import load_section, select_arms
+from replication.orchestration.grid import load_section, select_arms
 
 PARAMS = Path(__file__).resolve().parents[1] / "params.yaml"
 # VIP code clip_ratio_c = 10; DynaMO script actor.clip_ratio_c=10.0; GDRO: verl's default 3.0.

@@ -29,7 +29,7 @@ from replication.train.distributed import RowShard, World, rollout_seeds, split_
 
 REPO = Path(__file__).resolve().parents[2]
 TOL = 1e-5
-TIMING = {"step_seconds", "allocator_seconds", "wall_seconds"}
+TIMING = {"step_seconds", "allocator_seconds", "prompt_weights_seconds", "wall_seconds"}
 
 CASES = {
     "vip": ["--allocator", "vip", "--estimator", "rloo", "--set", "rollout.lower=3"],
