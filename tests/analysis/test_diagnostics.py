@@ -100,3 +100,16 @@ def test_baseline_overrides_merge_base_arm_and_notebook_keys():
     assert o["rl.estimator"] == "rloo" and o["rollout.mean_rollouts"] == 8 and o["optim.lr"] == 1e-4
     with pytest.raises(ValueError, match="no arm"):
         baseline_overrides("vip", "nope")
+
+
+def test_predictor_rows_without_seen_prompts_are_marked_not_failed():
+    """A run too short to revisit a prompt has no 'seen' MAE: reported, neither pass nor fail."""
+    ev = pd.DataFrame(_eval("uni", [0.05, 0.04, 0.045]))
+    prompts = pd.DataFrame(_prompts("uni", 4, 4, 16) + _prompts("vip", 4, 4, 16))
+    steps = pd.DataFrame(_steps("uni", 4) + _steps("vip", 4))
+    mae = pd.DataFrame([{"predictor": "gp", "subset": "unseen", "mae": 0.2},
+                        {"predictor": "moving-average", "subset": "unseen", "mae": 0.3}])
+    d = issue10_diagnostics(steps, prompts, ev, "uni", vip="vip", predictor_mae=mae, window=2)
+    res = dict(zip(d["diagnostic"], zip(d["value"], d["pass"])))
+    assert res["VIP GP next-step MAE, seen prompts (vs moving average)"] == ("no seen prompts in the replay", None)
+    assert res["VIP GP next-step MAE, unseen prompts (vs constant)"][1] is True
