@@ -27,7 +27,7 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import os
-from collections.abc import Hashable, Sequence
+from collections.abc import Callable, Hashable, Sequence
 from typing import Any
 
 import numpy as np
@@ -74,6 +74,21 @@ def split_groups(counts: np.ndarray, world_size: int) -> list[slice]:
     return [slice(bounds[r], bounds[r + 1]) for r in range(world_size)]
 
 
+def check_world(cfg: Any, world: "World") -> None:
+    """Refuse, before any compute, a launch the split cannot serve (ConfigError: exit 2)."""
+    from replication.config import ConfigError
+
+    if cfg.rollout.prompts_per_step < world.size:
+        raise ConfigError(f"rollout.prompts_per_step={cfg.rollout.prompts_per_step} is smaller than "
+                          f"the {world.size} processes: each rank needs at least one prompt group")
+    engine = getattr(cfg.rollout, "engine", "hf")
+    tp = getattr(getattr(cfg.rollout, "vllm", None), "tensor_parallel_size", 1)
+    if world.distributed and engine == "vllm" and tp > 1:
+        raise ConfigError("rollout.vllm.tensor_parallel_size > 1 with several training processes: "
+                          "each rank generates its own share of the step with its own colocated "
+                          "engine (TP 1); a TP group sharing one engine is not implemented")
+
+
 @dataclasses.dataclass(frozen=True)
 class World:
     """This process's place in the run: rank, number of ranks, local rank (GPU index)."""
@@ -115,6 +130,22 @@ class World:
         return cls(rank=rank, size=size, local_rank=local)
 
     # ---------------------------------------------------------------- collectives
+    def on_main(self, fn: Callable[[], Any]) -> Any:
+        """``fn()`` on rank 0 only (e.g. checks that may clear the run folder); its result, or
+        its exception, reaches every rank, so a refused run stops all ranks with one message."""
+        if not self.distributed:
+            return fn()
+        result, error = None, None
+        if self.is_main:
+            try:
+                result = fn()
+            except Exception as e:  # re-raised below on every rank
+                error = e
+        result, error = self.gather((result, error))[0]
+        if error is not None:
+            raise error
+        return result
+
     def barrier(self) -> None:
         if self.distributed:
             torch.distributed.barrier()

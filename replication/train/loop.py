@@ -24,11 +24,11 @@ from pathlib import Path
 import numpy as np
 from tqdm.auto import tqdm
 
-from replication.config import ConfigError, TrainConfig, to_dict
+from replication.config import TrainConfig, to_dict
 from replication.rl import group_advantages
 from replication.train.checkpoint import load_checkpoint, save_checkpoint
 from replication.train.components import Components, build_components
-from replication.train.distributed import RowShard, World, rollout_seeds, split_groups
+from replication.train.distributed import RowShard, World, check_world, rollout_seeds, split_groups
 from replication.train.run_log import RunLog
 from replication.train.update import ppo_update
 
@@ -46,9 +46,7 @@ def train(
     if steps < 1:
         raise ValueError(f"--max-steps must be >= 1, got {steps}")
     world = World.from_env(cfg.model.device)  # one process unless launched by torchrun/accelerate
-    if cfg.rollout.prompts_per_step < world.size:
-        raise ConfigError(f"rollout.prompts_per_step={cfg.rollout.prompts_per_step} is smaller than "
-                          f"the {world.size} processes: each rank needs at least one prompt group")
+    check_world(cfg, world)  # enough prompt groups per rank; one colocated engine per rank
     ckpt = load_checkpoint(out) if resume else None  # every rank reads the same checkpoint
     if ckpt is not None and ckpt["config"] != to_dict(cfg):
         raise ValueError(f"{out}: the checkpoint was written with a different configuration")

@@ -146,6 +146,17 @@ def test_one_process_world_is_identity():
     np.testing.assert_array_equal(shard.local(np.array([1, 4, 6, 7, 9])), [0, 2])
 
 
+def test_launch_checks_before_compute():
+    from replication.config import ConfigError, load_profile
+    from replication.train.distributed import check_world
+
+    cfg = load_profile("smoke", {"rollout.prompts_per_step": 3})
+    check_world(cfg, World(rank=0, size=3))
+    with pytest.raises(ConfigError, match="rollout.prompts_per_step=3 is smaller than the 4 processes"):
+        check_world(cfg, World(rank=0, size=4))
+    assert World().on_main(lambda: 7) == 7
+
+
 def test_rollout_groups_do_not_depend_on_the_batch(base_model_dir):
     """The HF engine with per-prompt seeds: a group's samples are the same alone or batched."""
     import torch
