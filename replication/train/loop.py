@@ -105,6 +105,7 @@ def train(
         c.save_model(out / "model")
         (out / "metrics.json").write_text(json.dumps(metrics, indent=1, sort_keys=True))
     world.barrier()  # the files exist when any rank returns
+    world.close()
     return metrics
 
 
