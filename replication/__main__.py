@@ -5,7 +5,9 @@
         --max-steps 50 --out runs/vip-s0 [--resume]
     python -m replication eval  --profile default --checkpoint runs/vip-s0/model --out runs/vip-eval
 
-Every argument is checked (and the profile validated) before any model is loaded.
+Every argument is checked (and the profile validated) before any model is loaded. A user-facing
+error is one line on stderr naming the bad key, file or value, with exit code 2; a run that
+diverges (NaN/inf) exits 3; Ctrl-C exits 130.
 """
 
 from __future__ import annotations
@@ -16,7 +18,10 @@ import os
 import sys
 from pathlib import Path
 
-from replication.config import ConfigError, available_profiles, load_profile
+from replication.config import ConfigError, available_profiles, load_profile, yaml_problem
+
+PARENT_ENV = "REPLICATION_PARENT_PID"
+"""Set by the grid: the training subprocess exits when that process dies."""
 
 
 def _overrides(args: argparse.Namespace) -> dict:
@@ -25,9 +30,14 @@ def _overrides(args: argparse.Namespace) -> dict:
         if "=" not in kv:
             raise ConfigError(f"--set expects KEY=VALUE, got {kv!r}")
         k, v = kv.split("=", 1)
+        if not k.strip():
+            raise ConfigError(f"--set {kv!r}: empty key")
         import yaml
 
-        val = yaml.safe_load(v)
+        try:
+            val = yaml.safe_load(v)
+        except yaml.YAMLError as e:
+            raise ConfigError(f"--set {k}: cannot parse value {v!r} ({yaml_problem(e)})") from None
         if isinstance(val, str):  # YAML 1.1 reads "6e-5" as a string; users mean the number
             try:
                 val = float(val)
@@ -77,6 +87,8 @@ def build_parser() -> argparse.ArgumentParser:
     t.add_argument("--max-steps", type=int, help="stop after N steps (default: the profile's)")
     t.add_argument("--out", required=True, type=Path)
     t.add_argument("--resume", action="store_true", help="continue from OUT/checkpoint")
+    t.add_argument("--overwrite", action="store_true",
+                   help="replace a run already in OUT (never done without this flag)")
     t.add_argument("--no-progress", action="store_true")
 
     e = sub.add_parser("eval", help="held-out evaluation of a saved model")
@@ -118,6 +130,14 @@ def build_parser() -> argparse.ArgumentParser:
                    help="seed of the measurement (batch, rollouts, bootstrap); the run uses the profile's")
     g.add_argument("--bootstrap", type=int, default=2000)
 
+    v = sub.add_parser("validate", help="check a DVC stage's parameters (run before the stage "
+                                         "touches any output)")
+    v.add_argument("--params", default=Path("params.yaml"), type=Path)
+    v.add_argument("--stage", required=True, help="base, vip, dynamo, gdro or report")
+    v.add_argument("--clear", nargs="*", type=Path, default=[], metavar="PATH",
+                   help="after a successful check, remove these old outputs (what DVC does to "
+                        "non-persistent outputs, done only once the parameters are known good)")
+
     sub.add_parser("profiles", help="list the available profiles")
     d = sub.add_parser("dry-run", help="validate a profile and print its plan (no GPU needed)")
     _common(d)
@@ -127,72 +147,117 @@ def build_parser() -> argparse.ArgumentParser:
     return ap
 
 
+def _check_args(args: argparse.Namespace) -> None:
+    """Cheap argument checks, before any data or model is loaded."""
+    for name in ("seed", "max_steps", "steps"):
+        value = getattr(args, name, None)
+        if isinstance(value, int) and value < (0 if name == "seed" else 1):
+            flag = "--" + name.replace("_", "-")
+            raise ConfigError(f"{flag}: must be >= {0 if name == 'seed' else 1}, got {value}")
+    out = getattr(args, "out", None)
+    if out is not None and args.cmd in ("train", "eval", "sft", "prepare-model", "grad-variance"):
+        from replication.train.run_folder import check_out_dir
+
+        check_out_dir(out)
+
+
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
+    from replication.tasks.data_errors import DataError
+    from replication.train.run_folder import NonFiniteError
+
     try:
-        if args.cmd == "profiles":
-            print("\n".join(available_profiles()))
-            return 0
-        if args.cmd == "report":
-            from replication.report.summary import write_summary
-
-            text = write_summary(args.results, args.out)
-            if args.readme:
-                from replication.report.summary import update_readme
-
-                update_readme(args.readme, text)
-            print(text)
-            return 0
-        cfg = load_profile(args.profile, _overrides(args))
-        if args.cmd == "train":
-            from replication.train.loop import train
-
-            m = train(cfg, args.out, max_steps=args.max_steps, resume=args.resume,
-                      progress=not args.no_progress)
-            if os.environ.get("RANK", "0") == "0":  # under torchrun/accelerate: rank 0 reports
-                print(json.dumps({"eval_before": m["eval_before"]["average"],
-                              "eval_after": m["eval_after"]["average"],
-                              "wall_seconds": round(m["wall_seconds"], 1)}, indent=1))
-        elif args.cmd == "eval":
-            from replication.train.standalone_eval import evaluate_checkpoint
-
-            res = evaluate_checkpoint(cfg, args.checkpoint, args.out, seed=args.seed)
-            print(json.dumps(res["eval"]["average"], indent=1))
-        elif args.cmd == "sft":
-            from replication.sft import run_sft_from_profile
-
-            run_sft_from_profile(cfg, args.out, steps=args.steps, seed=args.seed)
-        elif args.cmd == "prepare-model":
-            from replication.train.prepare import prepare_model
-
-            print(prepare_model(cfg, args.out, steps=args.steps))
-        elif args.cmd == "grad-variance":
-            from replication.analysis.gradient_variance import GradVarConfig, run_grad_variance
-
-            try:
-                steps = tuple(int(x) for x in args.steps.split(",") if x.strip())
-            except ValueError:
-                raise ConfigError(f"--steps: comma-separated integers, got {args.steps!r}") from None
-            if max(steps, default=0) > cfg.steps:
-                raise ConfigError(f"--steps: {max(steps)} exceeds the profile's steps={cfg.steps}")
-            kw = {} if not args.methods else {"methods": tuple(m.strip() for m in args.methods.split(","))}
-            try:
-                gv = GradVarConfig(steps=steps, draws=args.draws, reference_draws=args.reference_draws,
-                                   oracle_samples=args.oracle_samples, prompts=args.prompts, seed=args.seed,
-                                   bootstrap=args.bootstrap, **kw)
-            except ValueError as e:
-                raise ConfigError(str(e)) from None
-            df = run_grad_variance(cfg, args.run, args.out, gv, log=lambda m: print(m, file=sys.stderr))
-            from replication.report.gradient_variance import variance_table
-
-            print(variance_table(df).to_string(index=False))
-        elif args.cmd == "dry-run":
-            from replication.train.plan import describe
-
-            print(describe(cfg, gpus=args.world_size, accelerate_config=args.accelerate_config))
-    except ConfigError as e:
-        print(f"config error: {e}", file=sys.stderr)
+        return _main(args)
+    except (ConfigError, DataError) as e:
+        print(f"error: {e}", file=sys.stderr)
         return 2
+    except NonFiniteError as e:
+        from replication.train.checkpoint import checkpoint_path
+
+        last = checkpoint_path(args.out)
+        kept = f"last good checkpoint kept: {last.parent}" if last else "no checkpoint was written yet"
+        print(f"error: training diverged at {e}; run stopped, {kept}", file=sys.stderr)
+        return 3
+    except KeyboardInterrupt:
+        print("interrupted", file=sys.stderr)
+        return 130
+
+
+def _main(args: argparse.Namespace) -> int:
+    if args.cmd == "validate":
+        from replication.stage_params import clear_outputs, validate_stage
+
+        print(validate_stage(args.params, args.stage))
+        clear_outputs(args.clear)
+        return 0
+    if args.cmd == "profiles":
+        print("\n".join(available_profiles()))
+        return 0
+    if args.cmd == "report":
+        from replication.report.summary import write_summary
+
+        text = write_summary(args.results, args.out)
+        if args.readme:
+            from replication.report.summary import update_readme
+
+            update_readme(args.readme, text)
+        print(text)
+        return 0
+    _check_args(args)
+    cfg = load_profile(args.profile, _overrides(args))
+    if args.cmd == "train":
+        from replication.interrupts import die_with_parent
+        from replication.train.loop import train
+        from replication.train.run_folder import unlock_run
+
+        if os.environ.get(PARENT_ENV):  # a grid's run: never outlive the grid (kill -9 included)
+            die_with_parent(int(os.environ[PARENT_ENV]))
+        try:
+            m = train(cfg, args.out, max_steps=args.max_steps, resume=args.resume,
+                      overwrite=args.overwrite, progress=not args.no_progress)
+        finally:
+            unlock_run(args.out)
+        if os.environ.get("RANK", "0") == "0":  # under torchrun/accelerate: rank 0 reports
+            print(json.dumps({"eval_before": m["eval_before"]["average"],
+                          "eval_after": m["eval_after"]["average"],
+                          "wall_seconds": round(m["wall_seconds"], 1)}, indent=1))
+    elif args.cmd == "eval":
+        from replication.train.standalone_eval import evaluate_checkpoint
+
+        res = evaluate_checkpoint(cfg, args.checkpoint, args.out, seed=args.seed)
+        print(json.dumps(res["eval"]["average"], indent=1))
+    elif args.cmd == "sft":
+        from replication.sft import run_sft_from_profile
+
+        run_sft_from_profile(cfg, args.out, steps=args.steps, seed=args.seed)
+    elif args.cmd == "prepare-model":
+        from replication.train.prepare import prepare_model
+
+        print(prepare_model(cfg, args.out, steps=args.steps))
+    elif args.cmd == "grad-variance":
+        from replication.analysis.gradient_variance import GradVarConfig, run_grad_variance
+
+        try:
+            steps = tuple(int(x) for x in args.steps.split(",") if x.strip())
+        except ValueError:
+            raise ConfigError(f"--steps: comma-separated integers, got {args.steps!r}") from None
+        if max(steps, default=0) > cfg.steps:
+            raise ConfigError(f"--steps: {max(steps)} exceeds the profile's steps={cfg.steps}")
+        kw = {} if not args.methods else {"methods": tuple(m.strip() for m in args.methods.split(","))}
+        try:
+            gv = GradVarConfig(steps=steps, draws=args.draws, reference_draws=args.reference_draws,
+                               oracle_samples=args.oracle_samples, prompts=args.prompts, seed=args.seed,
+                               bootstrap=args.bootstrap, **kw)
+        except ValueError as e:
+            raise ConfigError(str(e)) from None
+        df = run_grad_variance(cfg, args.run, args.out, gv, log=lambda m: print(m, file=sys.stderr))
+        from replication.report.gradient_variance import variance_table
+
+        print(variance_table(df).to_string(index=False))
+    elif args.cmd == "dry-run":
+        from replication.train.plan import describe
+
+        print(describe(cfg, gpus=args.world_size, accelerate_config=args.accelerate_config))
     return 0
 
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import copy
 import dataclasses
+import math
 import types
 import typing
 from pathlib import Path
@@ -292,14 +293,37 @@ def available_profiles() -> list[str]:
 def profile_dict(name: str) -> dict:
     """The raw profile mapping, with ``extends:`` resolved."""
     path = PROFILE_DIR / f"{name}.yaml"
-    if not path.exists():
+    if not isinstance(name, str) or not path.exists():
         raise ConfigError(f"unknown profile {name!r}; available: {available_profiles()}")
-    data = yaml.safe_load(path.read_text()) or {}
+    data = load_yaml_file(path)
+    if not isinstance(data, dict):
+        raise ConfigError(f"{path}: expected a mapping at the top level, got {type(data).__name__}")
     parent = data.pop("extends", None)
     if parent:
         data = _merge(profile_dict(parent), data)
     data["profile"] = name
     return data
+
+
+def yaml_problem(err: Exception) -> str:
+    """One line from a PyYAML error: what is wrong and where (line, column)."""
+    mark = getattr(err, "problem_mark", None)
+    problem = getattr(err, "problem", None) or str(err).splitlines()[0]
+    where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark is not None else ""
+    return f"{problem}{where}"
+
+
+def load_yaml_file(path: str | Path) -> Any:
+    """``yaml.safe_load`` of a file; a syntax error is a one-line ConfigError naming the file."""
+    path = Path(path)
+    try:
+        text = path.read_text()
+    except OSError as e:
+        raise ConfigError(f"{path}: cannot read ({e.strerror or e})") from None
+    try:
+        return yaml.safe_load(text) or {}
+    except yaml.YAMLError as e:
+        raise ConfigError(f"{path}: YAML syntax error: {yaml_problem(e)}") from None
 
 
 def load_profile(name: str, overrides: dict | None = None) -> TrainConfig:
@@ -336,7 +360,10 @@ def validate(cfg: TrainConfig) -> None:
         if not cond:
             raise ConfigError(f"{key}: {msg}")
 
+    for key, value in _non_finite(to_dict(cfg)):
+        raise ConfigError(f"{key}: must be a finite number, got {value!r}")
     r = cfg.rollout
+    need(0 <= cfg.seed < 2**32, "seed", f"must be in [0, 2**32), got {cfg.seed}")
     need(cfg.steps >= 1, "steps", f"must be >= 1, got {cfg.steps}")
     need(cfg.checkpoint_every >= 1, "checkpoint_every", "must be >= 1")
     need(r.prompts_per_step >= 1, "rollout.prompts_per_step", "must be >= 1")
@@ -377,6 +404,18 @@ def validate(cfg: TrainConfig) -> None:
     need(cfg.model.device in ("cpu", "cuda", "auto"), "model.device", "cpu|cuda|auto")
     need(cfg.model.source in ("sft", "smollm2", "hub"), "model.source", "sft|smollm2|hub")
     need(cfg.task.kind in ("procedural", "math"), "task.kind", "procedural|math")
+
+
+def _non_finite(x: Any, key: str = ""):
+    """(dotted key, value) of every NaN/inf number anywhere in a config mapping (options too)."""
+    if isinstance(x, float) and not math.isfinite(x):
+        yield key, x
+    elif isinstance(x, dict):
+        for k, v in x.items():
+            yield from _non_finite(v, f"{key}.{k}" if key else str(k))
+    elif isinstance(x, (list, tuple)):
+        for i, v in enumerate(x):
+            yield from _non_finite(v, f"{key}[{i}]")
 
 
 def to_dict(cfg: Any) -> dict:

@@ -64,7 +64,11 @@ def test_dvc_yaml_stages_and_params():
     for paper in PAPERS:
         stage = dvc["stages"][paper]
         assert f"notebooks/{paper}.ipynb" in stage["deps"]
-        assert stage["cmd"].startswith(f"mkdir -p results/{paper}")  # DVC deletes outputs first
+        # parameters are validated before any output is touched (issue 11): outputs persist (DVC
+        # would delete them before cmd) and the cmd clears them only after validation
+        assert stage["cmd"].startswith(f"python -m replication validate --params params.yaml --stage {paper}")
+        outs = [next(iter(o.values())) for o in stage["outs"] + stage["metrics"]]
+        assert all(o.get("persist") for o in outs)
         sec = params[paper]
         assert len(sec["seeds"]) >= 3
         assert set(sec["baseline"]).issubset(sec["arms"]) and set(sec["baseline"].values()).issubset(sec["arms"])

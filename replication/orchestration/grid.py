@@ -16,10 +16,10 @@ from pathlib import Path
 from typing import Any
 
 import pandas as pd
-import yaml
 from tqdm.auto import tqdm
 
 from replication.config import ConfigError
+from replication.interrupts import RunGuard
 from replication.orchestration.run_cache import DEFAULT_CACHE, cached_run, ensure_run, export_run, exported_key, run_key
 from replication.report.pipeline import PaperRun, load_paper_run
 
@@ -69,16 +69,26 @@ def run_grid(
             todo.append((arm, seed))
     print(f"{len(jobs)} runs: {len(jobs) - len(todo)} already trained, {len(todo)} to train")
     if todo:
-        with cf.ThreadPoolExecutor(max_workers=workers) as pool, tqdm(total=len(todo), desc="runs") as bar:
-            futures = {pool.submit(ensure_run, profile, a.overrides, s, steps, cache, a.name): (a, s)
-                       for a, s in todo}
-            for fut in cf.as_completed(futures):
-                arm, seed = futures[fut]
-                run_dir = fut.result()
-                dest = out_dir / _slug(arm.name) / f"s{seed}"
-                export_run(run_dir, dest, keys[arm.name, seed])
-                rows.append({"arm": arm.name, "seed": seed, "dir": str(dest)})
-                bar.update(1)
+        # Ctrl-C / SIGTERM (RunGuard): queued runs never start, running ones are terminated;
+        # finished runs and checkpoints stay in the cache, so running the grid again resumes it.
+        # A failed run stops the grid the same way.
+        pool, guard = cf.ThreadPoolExecutor(max_workers=workers), RunGuard()
+        try:
+            with guard, tqdm(total=len(todo), desc="runs") as bar:
+                futures = {pool.submit(ensure_run, profile, a.overrides, s, steps, cache, a.name, guard): (a, s)
+                           for a, s in todo}
+                for fut in cf.as_completed(futures):
+                    arm, seed = futures[fut]
+                    run_dir = fut.result()
+                    dest = out_dir / _slug(arm.name) / f"s{seed}"
+                    export_run(run_dir, dest, keys[arm.name, seed])
+                    rows.append({"arm": arm.name, "seed": seed, "dir": str(dest)})
+                    bar.update(1)
+        except BaseException:
+            guard.terminate_all()
+            pool.shutdown(wait=True, cancel_futures=True)
+            raise
+        pool.shutdown(wait=True)
     order = {n: i for i, n in enumerate(names)}
     return pd.DataFrame(rows).sort_values(["arm", "seed"], key=lambda c: c.map(order) if c.name == "arm" else c).reset_index(drop=True)
 
@@ -91,9 +101,12 @@ def _slug(name: str) -> str:
 
 
 def load_section(section: str, params_file: str | Path = "params.yaml") -> dict[str, Any]:
-    params = yaml.safe_load(Path(params_file).read_text())
-    if section not in params:
-        raise KeyError(f"{params_file} has no section {section!r}")
+    """The section, validated first (replication.stage_params): a bad params.yaml stops here,
+    before any output is touched."""
+    from replication.stage_params import load_params, validate_section
+
+    params = load_params(params_file)
+    validate_section(params, section, params_file)
     sec = dict(params[section])
     sec["profile"] = params.get("profile", "default")
     sec["workers"] = int(params.get("workers", 2))

@@ -22,6 +22,8 @@ import sys
 from pathlib import Path
 
 from replication.config import load_profile, to_dict
+from replication.interrupts import GridInterrupted, RunGuard
+from replication.train.checkpoint import checkpoint_path
 
 DEFAULT_CACHE = Path(os.environ.get("REPLICATION_RUN_CACHE", ".cache/runs"))
 
@@ -56,7 +58,7 @@ def run_key(profile: str, overrides: dict, seed: int, steps: int | None) -> tupl
 
 
 def train_command(profile: str, overrides: dict, seed: int, steps: int | None, out: Path,
-                  resume: bool) -> list[str]:
+                  resume: bool, overwrite: bool = False) -> list[str]:
     """The CLI call that trains one run into ``out``."""
     cmd = [sys.executable, "-m", "replication", "train", "--profile", profile, "--seed", str(seed),
            "--out", str(out), "--no-progress"]
@@ -66,6 +68,8 @@ def train_command(profile: str, overrides: dict, seed: int, steps: int | None, o
         cmd += ["--max-steps", str(steps)]
     if resume:
         cmd.append("--resume")
+    elif overwrite:
+        cmd.append("--overwrite")
     return cmd
 
 
@@ -76,22 +80,29 @@ def cached_run(key: str, cache: Path = DEFAULT_CACHE) -> Path | None:
 
 
 def ensure_run(profile: str, overrides: dict, seed: int, steps: int | None,
-               cache: Path = DEFAULT_CACHE, name: str = "") -> Path:
+               cache: Path = DEFAULT_CACHE, name: str = "", guard: RunGuard | None = None) -> Path:
     """The run's folder in the cache, training it first (or resuming it) when it is not finished."""
     key, _ = run_key(profile, overrides, seed, steps)
     done = cached_run(key, cache)
     if done is not None:
         return done
     run_dir = Path(cache) / key
-    resume = (run_dir / "checkpoint").exists()
+    # a killed run continues from its checkpoint; one killed before its first checkpoint restarts
+    resume = checkpoint_path(run_dir) is not None
     run_dir.mkdir(parents=True, exist_ok=True)
     log = run_dir / "train.log"
+    cmd = train_command(profile, overrides, seed, steps, run_dir, resume, overwrite=not resume)
+    env = {**os.environ, "REPLICATION_PARENT_PID": str(os.getpid())}  # the run dies with us
     with open(log, "a") as f:
-        proc = subprocess.run(train_command(profile, overrides, seed, steps, run_dir, resume),
-                              stdout=f, stderr=subprocess.STDOUT)
-    if proc.returncode != 0:
+        if guard is None:
+            returncode = subprocess.run(cmd, stdout=f, stderr=subprocess.STDOUT, env=env).returncode
+        else:  # Ctrl-C / SIGTERM of a grid: no new start, running ones terminated
+            returncode = guard.run(cmd, stdout=f, stderr=subprocess.STDOUT, env=env)
+    if guard is not None and guard.stopped:
+        raise GridInterrupted(f"run {name or key} seed {seed} stopped (exit {returncode})")
+    if returncode != 0:
         tail = log.read_text()[-3000:]
-        raise RuntimeError(f"run {name or key} seed {seed} failed (exit {proc.returncode}):\n{tail}")
+        raise RuntimeError(f"run {name or key} seed {seed} failed (exit {returncode}):\n{tail}")
     return run_dir
 
 

@@ -24,6 +24,7 @@ from __future__ import annotations
 import dataclasses
 import glob
 import hashlib
+import math
 import os
 import random
 import socket
@@ -33,6 +34,7 @@ from typing import Any
 from urllib.parse import urlparse
 
 from replication.registry import Registry
+from replication.tasks.data_errors import DataError, DataNotFoundError
 
 # ---------------------------------------------------------------------------------------------
 # Records and templates
@@ -175,6 +177,8 @@ RowAdapter = Callable[[Mapping[str, Any], int, random.Random], "tuple[str, str, 
 def answer_to_str(value: Any) -> str:
     """Hub answers come as str, int, float (AMC23: 27.0) or lists (OlympiadBench): one string."""
     if value is None:
+        return ""
+    if isinstance(value, float) and math.isnan(value):  # a null cell read by pandas
         return ""
     if hasattr(value, "tolist"):  # numpy arrays / scalars from parquet
         value = value.tolist()
@@ -395,16 +399,30 @@ def load_math_dataset(name: str | MathDatasetConfig, **overrides: Any) -> list[M
 def rows_to_prompts(rows: Sequence[Mapping[str, Any]], spec: MathDatasetSpec,
                     template: PromptTemplate, seed: int = 0,
                     limit: int | None = None) -> list[MathPrompt]:
+    """Rows → prompts. A row without a question or answer (missing column, null or empty cell)
+    is a ``DataError`` naming its file and row (rows read by ``_read_file`` carry their origin)."""
     out: list[MathPrompt] = []
     seen_questions: set[str] = set()
     seen_ids: set[str] = set()
+    if not rows:
+        raise DataError(f"dataset {spec.name!r} has no rows")
     for index, row in enumerate(rows):
+        origin = row.get(_ORIGIN) if isinstance(row, Mapping) else None
+        if origin is not None:
+            row = {k: v for k, v in row.items() if k != _ORIGIN}
+        where = (f"{origin[0]} row {origin[1]}" if origin is not None
+                 else f"dataset {spec.name!r} ({spec.hub_id}) row {index}")
         # one RNG per row, seeded by (seed, row index): a row's shuffle does not depend on others
         rng = random.Random(f"{seed}/{index}")
         adapted = spec.adapter(row, index, rng)
         if adapted is None:
-            continue
+            cols = sorted(map(str, row)) if isinstance(row, Mapping) else type(row).__name__
+            raise DataError(f"{where}: no question or no answer for dataset {spec.name!r} "
+                            f"(null cell or missing column; columns: {cols})")
         native, question, answer = adapted
+        if not str(answer).strip() or not str(question).strip():
+            what = "answer" if not str(answer).strip() else "question"
+            raise DataError(f"{where}: empty or null {what}")
         if spec.dedupe:
             if question in seen_questions:
                 continue
@@ -425,7 +443,7 @@ _DATA_SUFFIXES = (".parquet", ".jsonl", ".json", ".csv", ".arrow")
 def _read_local(path: str, config: str | None, split: str) -> list[dict[str, Any]]:
     p = Path(path).expanduser()
     if not p.exists():
-        raise FileNotFoundError(f"local dataset path {p} does not exist")
+        raise DataNotFoundError(f"local dataset path {p} does not exist")
     if p.is_file():
         return _read_file(p)
     if (p / "dataset_info.json").exists() or (p / "dataset_dict.json").exists():
@@ -438,7 +456,7 @@ def _read_local(path: str, config: str | None, split: str) -> list[dict[str, Any
     files = sorted(f for f in glob.glob(str(root / "**" / "*"), recursive=True)
                    if f.endswith(_DATA_SUFFIXES) and not Path(f).name.startswith("."))
     if not files:
-        raise FileNotFoundError(f"no data files ({', '.join(_DATA_SUFFIXES)}) under {root}")
+        raise DataNotFoundError(f"no data files ({', '.join(_DATA_SUFFIXES)}) under {root}")
     if config and root == p:  # configs as file names (Idavidrein/gpqa: gpqa_diamond.csv, ...)
         named = [f for f in files if config in Path(f).name]
         files = named or files
@@ -450,24 +468,43 @@ def _read_local(path: str, config: str | None, split: str) -> list[dict[str, Any
     return rows
 
 
+_ORIGIN = "__origin__"
+"""Row key set by ``_read_file``: (file, row number), for error messages; removed before use."""
+
+
 def _read_file(p: Path) -> list[dict[str, Any]]:
+    """Rows of one data file, each tagged with its origin; a malformed or empty file is a
+    ``DataError`` naming it."""
     import pandas as pd
 
     suffix = p.suffix.lower()
-    if suffix == ".parquet":
-        df = pd.read_parquet(p)
-    elif suffix == ".jsonl":
-        df = pd.read_json(p, lines=True, dtype=False)
-    elif suffix == ".json":
-        df = pd.read_json(p, dtype=False)
-    elif suffix == ".csv":
-        df = pd.read_csv(p, dtype=str, keep_default_na=False)
-    elif suffix == ".arrow":
-        datasets = _require_datasets(str(p))
-        return [dict(r) for r in datasets.Dataset.from_file(str(p))]
-    else:
-        raise ValueError(f"unsupported dataset file type {p.suffix!r}: {p}")
-    return df.to_dict("records")
+    if suffix not in (".parquet", ".jsonl", ".json", ".csv", ".arrow"):
+        raise DataError(f"{p}: unsupported dataset file type {p.suffix!r}")
+    if p.stat().st_size == 0:
+        raise DataError(f"{p}: empty file")
+    try:
+        if suffix == ".parquet":
+            df = pd.read_parquet(p)
+        elif suffix == ".jsonl":
+            df = pd.read_json(p, lines=True, dtype=False)
+        elif suffix == ".json":
+            df = pd.read_json(p, dtype=False)
+        elif suffix == ".csv":
+            df = pd.read_csv(p, dtype=str, keep_default_na=False)
+        else:
+            datasets = _require_datasets(str(p))
+            records = [dict(r) for r in datasets.Dataset.from_file(str(p))]
+            df = None
+    except ImportError:
+        raise
+    except Exception as e:  # noqa: BLE001 - every reader's parse error, one line naming the file
+        msg = (str(e).strip().splitlines() or [type(e).__name__])[0]
+        raise DataError(f"{p}: malformed {suffix[1:]} file ({msg[:200]})") from None
+    if df is not None:
+        records = df.to_dict("records")
+    if not records:
+        raise DataError(f"{p}: no rows")
+    return [{**r, _ORIGIN: (str(p), i)} for i, r in enumerate(records)]
 
 
 def _require_datasets(what: str) -> Any:

@@ -10,7 +10,8 @@ Why a worker process. math-verify has its own ``parsing_timeout``/``timeout_seco
 an alarm cannot interrupt a long C call — sympy/gmpy big-integer arithmetic such as
 ``10^{10^{10}}`` or a deep recursion in the LaTeX parser can run for minutes. So every sample that
 needs math-verify runs in a worker subprocess; when it overruns ``time_limit_s`` the worker is
-SIGKILLed and the sample counts as incorrect. Workers are fresh interpreters (``python -c`` running
+SIGKILLed and the sample counts as incorrect (a worker that *dies* is replaced and the sample
+retried once instead: a crash is not an answer). Workers are fresh interpreters (``python -c`` running
 this file by path): no fork of a multi-threaded trainer, no re-import of the caller's ``__main__``.
 After the first kill a warm spare is kept, so a later restart costs no math-verify import. Workers
 run under an address-space limit, so a huge number fails fast with MemoryError instead of swapping.
@@ -35,6 +36,7 @@ import subprocess
 import sys
 import threading
 import time
+import warnings
 from collections import deque
 from collections.abc import Sequence
 from functools import lru_cache
@@ -192,11 +194,39 @@ def _verify_in_worker(pred: str, gold: str, whole_text: bool) -> bool:
     return bool(verify(gold_parsed, target, timeout_seconds=None))
 
 
-def _serve_stdio(memory_mb: int) -> None:
+def _die_with_parent(parent_pid: int) -> None:
+    """Exit when the parent dies, even in the middle of a long C call: Linux delivers SIGKILL on
+    the parent's death (PR_SET_PDEATHSIG, via ctypes); a watchdog thread polling the parent pid
+    covers other systems (and a parent that died before prctl ran). The idle case is also covered
+    by stdin reaching EOF. (PDEATHSIG fires when the *thread* that started the worker exits; the
+    verifier then sees a dead worker, replaces it and retries the sample.)"""
+    if sys.platform.startswith("linux"):
+        try:
+            import ctypes
+            import signal
+
+            ctypes.CDLL(None, use_errno=True).prctl(1, int(signal.SIGKILL), 0, 0, 0)  # 1 = PR_SET_PDEATHSIG
+        except (OSError, AttributeError):
+            pass
+    if os.getppid() != parent_pid:
+        os._exit(0)
+
+    def watch() -> None:
+        while True:
+            time.sleep(1.0)
+            if os.getppid() != parent_pid:
+                os._exit(0)
+
+    threading.Thread(target=watch, daemon=True, name="parent-watchdog").start()
+
+
+def _serve_stdio(memory_mb: int, parent_pid: int = 0) -> None:
     """Worker main: answer (job, pred, gold, whole_text) requests on stdin with (job, ok).
 
     The protocol uses the original stdout descriptor; fd 1 is pointed at stderr so that stray
     prints from sympy cannot corrupt it."""
+    if parent_pid:
+        _die_with_parent(parent_pid)
     proto_out = os.dup(1)
     os.dup2(2, 1)
     reader = Connection(0, writable=False)
@@ -234,7 +264,7 @@ def _serve_stdio(memory_mb: int) -> None:
 # files nor the parent's __main__: a fresh interpreter, no fork of a threaded trainer.
 _WORKER_BOOT = ("import runpy, sys; "
                 "runpy.run_path(sys.argv[1], run_name='__verify_worker__')"
-                "['_serve_stdio'](int(sys.argv[2]))")
+                "['_serve_stdio'](int(sys.argv[2]), int(sys.argv[3]))")
 
 
 class _Worker:
@@ -242,7 +272,8 @@ class _Worker:
 
     def __init__(self, memory_mb: int) -> None:
         self.proc = subprocess.Popen(
-            [sys.executable, "-c", _WORKER_BOOT, os.path.abspath(__file__), str(memory_mb)],
+            [sys.executable, "-c", _WORKER_BOOT, os.path.abspath(__file__), str(memory_mb),
+             str(os.getpid())],
             stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
             close_fds=True)
         assert self.proc.stdin is not None and self.proc.stdout is not None
@@ -278,7 +309,8 @@ class MathVerifier:
     """Scores completions against reference answers; safe on hostile model outputs.
 
     Thread-safe (one lock around a batch). ``close()`` (or a ``with`` block) stops the workers;
-    they also exit when this process dies (their stdin closes).
+    they also exit when this process dies, busy or idle (``_die_with_parent``). Dead workers are
+    replaced at any time and their sample retried once (``_after_death``).
     """
 
     startup_timeout_s = 120.0
@@ -292,7 +324,8 @@ class MathVerifier:
         self._lock = threading.Lock()
         self._workers: list[_Worker] = []
         self._spare: _Worker | None = None
-        self.stats = {"fast": 0, "worker": 0, "timeouts": 0, "crashes": 0}
+        self.stats = {"fast": 0, "worker": 0, "timeouts": 0, "crashes": 0, "retries": 0,
+                      "crash_wrong": 0}
 
     # -- public API ----------------------------------------------------------------------------
 
@@ -363,10 +396,16 @@ class MathVerifier:
     # -- scheduling ----------------------------------------------------------------------------
 
     def _run(self, jobs: list[tuple[int, str, str, bool]]) -> dict[int, bool]:
-        """Run jobs on the workers; a job past its deadline kills its worker (result: False)."""
+        """Run jobs on the workers; a job past its deadline kills its worker (result: False).
+
+        A worker that dies (at start-up, idle or busy: OOM killer, segfault, kill -9) is replaced
+        and its sample retried once on a fresh worker; a sample that kills two workers in a row is
+        scored incorrect with a warning naming it (never silently)."""
         limit = self.config.time_limit_s
         while len(self._workers) < min(self.config.num_workers, len(jobs)):
             self._workers.append(_Worker(self.config.worker_memory_mb))
+        by_index = {job[0]: job for job in jobs}
+        attempts: dict[int, int] = {}
         pending = deque(jobs)
         results: dict[int, bool] = {}
         while pending or any(w.job is not None for w in self._workers):
@@ -389,14 +428,11 @@ class MathVerifier:
                     try:
                         job, ok = w.reader.recv()
                     except (EOFError, OSError):  # died: segfault, OOM kill, failed start
-                        if not w.ready:
-                            raise RuntimeError("a math-verify worker exited during start-up; "
-                                               "check that math-verify imports in this env")
-                        results[w.job] = False
-                        self._workers[k] = self._replace(w, crashed=True)
+                        self._workers[k] = self._after_death(w, by_index, attempts, pending, results)
                         continue
                     if job == "ready":
                         w.ready = True
+                        self._startup_failures = 0
                     elif job == w.job:
                         results[job], w.job = bool(ok), None
                 elif w.job is not None and time.monotonic() >= w.deadline:
@@ -407,11 +443,46 @@ class MathVerifier:
                                        f"{self.startup_timeout_s:.0f} s")
         return results
 
+    max_startup_failures = 3
+    """Consecutive workers dying before they are ready: then it is the installation, not bad luck."""
+    _startup_failures = 0
+
+    def _after_death(self, w: _Worker, by_index: dict, attempts: dict[int, int], pending: deque,
+                     results: dict[int, bool]) -> _Worker:
+        """Replace a dead worker; retry its sample once (front of the queue)."""
+        code = w.proc.poll()
+        if not w.ready:
+            self._startup_failures += 1
+            if self._startup_failures >= self.max_startup_failures:
+                w.kill()
+                raise RuntimeError(
+                    f"{self._startup_failures} math-verify workers in a row exited during start-up "
+                    f"(last exit code {code}); check that `python -c 'import math_verify'` works")
+        if w.job is not None:
+            i = w.job
+            attempts[i] = attempts.get(i, 0) + 1
+            if attempts[i] <= 1:
+                pending.appendleft(by_index[i])
+                self.stats["retries"] = self.stats.get("retries", 0) + 1
+            else:
+                results[i] = False
+                self.stats["crash_wrong"] = self.stats.get("crash_wrong", 0) + 1
+                warnings.warn(f"math-verify worker died twice on the same sample (exit code {code}); "
+                              f"scored incorrect: answer {by_index[i][1][:80]!r} vs gold "
+                              f"{by_index[i][2][:80]!r}", RuntimeWarning, stacklevel=3)
+            w.job = None
+        return self._replace(w, crashed=True)
+
     def _replace(self, worker: _Worker, crashed: bool) -> _Worker:
-        """Kill a worker; its successor is the warm spare (a restart then costs no import)."""
+        """Kill a worker; its successor is the warm spare (a restart then costs no import). A dead
+        spare is dropped, never handed out."""
         self.stats["crashes" if crashed else "timeouts"] += 1
         worker.kill()
-        successor = self._spare or _Worker(self.config.worker_memory_mb)
+        successor = self._spare
+        if successor is None or successor.proc.poll() is not None:
+            if successor is not None:
+                successor.kill()
+            successor = _Worker(self.config.worker_memory_mb)
         self._spare = _Worker(self.config.worker_memory_mb)
         return successor
 

@@ -26,9 +26,10 @@ from tqdm.auto import tqdm
 
 from replication.config import TrainConfig, to_dict
 from replication.rl import group_advantages
-from replication.train.checkpoint import load_checkpoint, save_checkpoint
+from replication.train.checkpoint import save_checkpoint
 from replication.train.components import Components, build_components
 from replication.train.distributed import RowShard, World, check_world, rollout_seeds, split_groups
+from replication.train.run_folder import check_finite, prepare_run
 from replication.train.run_log import RunLog
 from replication.train.update import ppo_update
 
@@ -39,6 +40,7 @@ def train(
     *,
     max_steps: int | None = None,
     resume: bool = False,
+    overwrite: bool = False,
     progress: bool = True,
 ) -> dict:
     out = Path(out_dir)
@@ -47,9 +49,9 @@ def train(
         raise ValueError(f"--max-steps must be >= 1, got {steps}")
     world = World.from_env(cfg.model.device)  # one process unless launched by torchrun/accelerate
     check_world(cfg, world)  # enough prompt groups per rank; one colocated engine per rank
-    ckpt = load_checkpoint(out) if resume else None  # every rank reads the same checkpoint
-    if ckpt is not None and ckpt["config"] != to_dict(cfg):
-        raise ValueError(f"{out}: the checkpoint was written with a different configuration")
+    # folder rules (run_folder.py): --resume needs a valid checkpoint, --overwrite to replace;
+    # every rank reads the same checkpoint, rank 0 alone locks and clears the folder
+    ckpt = prepare_run(out, to_dict(cfg), steps, resume=resume, overwrite=overwrite, main=world.is_main)
     c = build_components(cfg, world)  # validates data, allocator and model before anything is written
     if world.is_main:
         out.mkdir(parents=True, exist_ok=True)
@@ -163,6 +165,7 @@ def train_step(cfg: TrainConfig, c: Components, step: int, world: World = World(
         ref_model=c.ref_model, row_weights=prompt_w[group_index][rows],
         shard=RowShard(world, int(counts.sum()), rows.start, rows.stop),
     )
+    check_finite(step, c.model, upd.row_loss, upd.stats)  # NaN/inf: stop; last checkpoint kept
     c.engine.sync_weights(c.model)
 
     # 5. feedback: per-prompt losses (mean over the prompt's rollouts) to allocator and weighter

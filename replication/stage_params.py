@@ -1,0 +1,131 @@
+"""``python -m replication validate --params params.yaml --stage <name>``: check a DVC stage's
+parameters before the stage touches any output.
+
+Each stage of dvc.yaml runs this first (and the notebooks call ``validate_section`` before their
+grid starts), so a typo in params.yaml — ``vip.seeds: []``, ``profile: defualt``, an unknown arm
+key, a YAML syntax error — is a one-line ``ConfigError`` naming the key (exit 2) and results/
+stays byte-identical. Every arm × seed configuration is resolved exactly as the grid will resolve
+it, so an error that would stop run 7 of 21 stops the stage before run 1.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from replication.config import ConfigError, available_profiles, load_profile, load_yaml_file
+
+PAPER_STAGES = ("vip", "dynamo", "gdro")
+STAGES = ("base", *PAPER_STAGES, "report")
+SECTION_KEYS = {"seeds", "main", "steps", "baseline", "base", "arms"}
+
+
+def load_params(params_file: str | Path) -> dict[str, Any]:
+    path = Path(params_file)
+    if not path.is_file():
+        raise ConfigError(f"{path}: no such params file")
+    params = load_yaml_file(path)
+    if not isinstance(params, dict):
+        raise ConfigError(f"{path}: expected a mapping at the top level")
+    return params
+
+
+def _check_top(params: dict, path: Path) -> str:
+    profile = params.get("profile", "default")
+    if not isinstance(profile, str) or profile not in available_profiles():
+        raise ConfigError(f"{path}: profile: unknown profile {profile!r}; available: {available_profiles()}")
+    load_profile(profile)  # the profile itself validates (YAML syntax, keys, ranges)
+    workers = params.get("workers", 2)
+    if isinstance(workers, bool) or not isinstance(workers, int) or workers < 1:
+        raise ConfigError(f"{path}: workers: must be an integer >= 1, got {workers!r}")
+    return profile
+
+
+def validate_section(params: dict, section: str, path: str | Path = "params.yaml") -> str:
+    """Check one paper section; returns a one-line summary. Raises ConfigError naming the key."""
+    path = Path(path)
+    profile = _check_top(params, path)
+    sec = params.get(section)
+    if not isinstance(sec, dict):
+        raise ConfigError(f"{path}: {section}: missing or not a mapping")
+    unknown = sorted(set(sec) - SECTION_KEYS)
+    if unknown:
+        raise ConfigError(f"{path}: {section}.{unknown[0]}: unknown key; allowed: {sorted(SECTION_KEYS)}")
+    seeds = sec.get("seeds")
+    if not isinstance(seeds, list) or not seeds:
+        raise ConfigError(f"{path}: {section}.seeds: must be a non-empty list of integers, got {seeds!r}")
+    for s in seeds:
+        if isinstance(s, bool) or not isinstance(s, int) or not 0 <= s < 2**32:
+            raise ConfigError(f"{path}: {section}.seeds: {s!r} is not an integer in [0, 2**32)")
+    if len(set(seeds)) != len(seeds):
+        raise ConfigError(f"{path}: {section}.seeds: duplicate seeds {seeds}")
+    arms = sec.get("arms")
+    if not isinstance(arms, dict) or not arms:
+        raise ConfigError(f"{path}: {section}.arms: must be a non-empty mapping of arm name → overrides")
+    from replication.orchestration.grid import _slug
+
+    slugs: dict[str, str] = {}
+    for name, over in arms.items():
+        if not isinstance(name, str) or not _slug(name):
+            raise ConfigError(f"{path}: {section}.arms: bad arm name {name!r}")
+        if _slug(name) in slugs:
+            raise ConfigError(f"{path}: {section}.arms: {name!r} and {slugs[_slug(name)]!r} would share "
+                              f"the folder {_slug(name)!r}")
+        slugs[_slug(name)] = name
+        if over is not None and not isinstance(over, dict):
+            raise ConfigError(f"{path}: {section}.arms.{name}: expected a mapping of overrides")
+    base = sec.get("base") or {}
+    if not isinstance(base, dict):
+        raise ConfigError(f"{path}: {section}.base: expected a mapping of overrides")
+    main = sec.get("main", list(arms))
+    if not isinstance(main, list) or not main:
+        raise ConfigError(f"{path}: {section}.main: must be a non-empty list of arm names")
+    for m in main:
+        if m not in arms:
+            raise ConfigError(f"{path}: {section}.main: {m!r} is not an arm; arms: {list(arms)}")
+    for m, b in (sec.get("baseline") or {}).items():
+        for which, name in (("method", m), ("baseline", b)):
+            if name not in arms:
+                raise ConfigError(f"{path}: {section}.baseline: {which} {name!r} is not an arm")
+    steps = sec.get("steps")
+    if steps is not None and (isinstance(steps, bool) or not isinstance(steps, int) or steps < 1):
+        raise ConfigError(f"{path}: {section}.steps: must be null or an integer >= 1, got {steps!r}")
+    # resolve every run of the grid exactly as run_grid will
+    from replication.orchestration.grid import select_arms
+
+    picked, picked_seeds = select_arms({**sec, "profile": profile, "workers": params.get("workers", 2)})
+    for arm in picked:
+        for seed in picked_seeds:
+            try:
+                load_profile(profile, {**arm.overrides, "seed": seed})
+            except ConfigError as e:
+                raise ConfigError(f"{path}: {section}.arms.{arm.name}: {e}") from None
+    return (f"{path}: stage {section} OK (profile {profile}, {len(picked)} arms x "
+            f"{len(picked_seeds)} seeds)")
+
+
+def validate_stage(params_file: str | Path, stage: str) -> str:
+    if stage not in STAGES:
+        raise ConfigError(f"--stage: unknown stage {stage!r}; known: {list(STAGES)}")
+    path = Path(params_file)
+    params = load_params(path)
+    if stage in PAPER_STAGES:
+        return validate_section(params, stage, path)
+    profile = _check_top(params, path)
+    return f"{path}: stage {stage} OK (profile {profile})"
+
+
+def clear_outputs(paths: list[Path]) -> None:
+    """Remove old stage outputs (files or folders) inside the current folder, after validation."""
+    import shutil
+
+    root = Path.cwd().resolve()
+    for p in paths:
+        full = Path(p).resolve()
+        if full == root or root not in full.parents:
+            raise ConfigError(f"--clear {p}: only paths inside {root} can be cleared")
+    for p in paths:
+        if Path(p).is_dir() and not Path(p).is_symlink():
+            shutil.rmtree(p)
+        elif Path(p).exists() or Path(p).is_symlink():
+            Path(p).unlink()
