@@ -376,7 +376,8 @@ def train_uniform_checkpoints(cfg: TrainConfig, run_dir: str | Path, steps: Sequ
             if ck is not None and ck["step"] > s:
                 raise ValueError(f"{run_dir} is already past step {s} (at {ck['step']}) and has no "
                                  f"checkpoint folder for it; use a fresh --run folder")
-            train(cfg, run_dir, max_steps=s, resume=True, progress=progress)
+            train(cfg, run_dir, max_steps=s, resume=ck is not None, overwrite=ck is None,
+                  progress=progress)
             if dest.exists():
                 shutil.rmtree(dest)
             shutil.copytree(run_dir / "model", dest)

@@ -86,6 +86,8 @@ def ensure_run(profile: str, overrides: dict, seed: int, steps: int | None,
     done = cached_run(key, cache)
     if done is not None:
         return done
+    if guard is not None and guard.stopped:
+        raise GridInterrupted(f"run {name or key} seed {seed} not started: the grid was stopped")
     run_dir = Path(cache) / key
     # a killed run continues from its checkpoint; one killed before its first checkpoint restarts
     resume = checkpoint_path(run_dir) is not None

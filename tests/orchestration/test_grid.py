@@ -16,7 +16,7 @@ from replication.orchestration import grid, run_cache
 def _fake_training(calls: list):
     """Stands in for the CLI subprocess: writes a finished run folder, records the call."""
 
-    def ensure_run(profile, overrides, seed, steps, cache, name=""):
+    def ensure_run(profile, overrides, seed, steps, cache, name="", guard=None):
         key, resolved = run_cache.run_key(profile, overrides, seed, steps)
         calls.append((name, seed))
         d = Path(cache) / key
