@@ -17,7 +17,7 @@ from replication.config import ConfigError, available_profiles, load_profile, lo
 
 PAPER_STAGES = ("vip", "dynamo", "gdro")
 STAGES = ("base", *PAPER_STAGES, "report")
-SECTION_KEYS = {"seeds", "main", "steps", "baseline", "base", "arms"}
+SECTION_KEYS = {"seeds", "main", "run", "steps", "baseline", "base", "arms"}
 
 
 def load_params(params_file: str | Path) -> dict[str, Any]:
@@ -83,6 +83,13 @@ def validate_section(params: dict, section: str, path: str | Path = "params.yaml
     for m in main:
         if m not in arms:
             raise ConfigError(f"{path}: {section}.main: {m!r} is not an arm; arms: {list(arms)}")
+    run = sec.get("run")
+    if run is not None:
+        if not isinstance(run, list) or not run:
+            raise ConfigError(f"{path}: {section}.run: must be null or a non-empty list of arm names")
+        for m in run:
+            if m not in arms:
+                raise ConfigError(f"{path}: {section}.run: {m!r} is not an arm; arms: {list(arms)}")
     for m, b in (sec.get("baseline") or {}).items():
         for which, name in (("method", m), ("baseline", b)):
             if name not in arms:

@@ -116,8 +116,9 @@ def load_section(section: str, params_file: str | Path = "params.yaml") -> dict[
 def select_arms(sec: dict, overrides: dict | None = None, seeds: list[int] | None = None,
                 arms: list[str] | None = None) -> tuple[list[Arm], list[int]]:
     """Arms (base overrides + the arm's own + ``overrides``) and seeds; the quick profile keeps
-    one seed and the section's ``main`` arms. ``seeds``/``arms`` replace the section's choice."""
-    names = list(sec["arms"])
+    one seed and the section's ``main`` arms; otherwise the section's ``run`` arms (all ``arms`` when
+    ``run`` is absent or null). ``seeds``/``arms`` replace the section's choice."""
+    names = list(sec.get("run") or sec["arms"])  # `run`: the arms a default run trains
     chosen = [int(s) for s in sec["seeds"]]
     if sec["profile"] == QUICK_PROFILE:
         names = [n for n in names if n in set(sec.get("main", names))]

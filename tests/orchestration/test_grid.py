@@ -85,3 +85,23 @@ def test_bad_override_fails_before_any_training(tmp_path, monkeypatch):
         grid.run_paper("paper", _params(tmp_path), tmp_path / "out", overrides={"optim.lrr": 1.0},
                        seeds=[0])
     assert calls == []
+
+
+def test_section_run_list_selects_the_default_arms_and_a_bad_one_is_named(tmp_path):
+    from replication.config import ConfigError
+    from replication.orchestration.grid import select_arms
+    from replication.stage_params import validate_stage
+
+    sec = {"profile": "default", "seeds": [0, 1], "arms": {"A": {}, "B": {}, "C": {}},
+           "run": ["A", "C"], "main": ["A"]}
+    arms, seeds = select_arms(sec)
+    assert [a.name for a in arms] == ["A", "C"] and seeds == [0, 1]
+    arms, _ = select_arms(sec, arms=["B"])  # an explicit choice still reaches every arm
+    assert [a.name for a in arms] == ["B"]
+    arms, seeds = select_arms({**sec, "profile": "quick"})
+    assert [a.name for a in arms] == ["A"] and seeds == [0]
+    bad = tmp_path / "params.yaml"
+    bad.write_text("profile: default\nworkers: 2\nvip:\n  seeds: [0]\n  run: [RLOO, Nope]\n"
+                   "  arms:\n    RLOO: {rl.estimator: rloo}\n")
+    with pytest.raises(ConfigError, match=r"vip.run: 'Nope' is not an arm"):
+        validate_stage(bad, "vip")
