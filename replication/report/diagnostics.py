@@ -103,12 +103,15 @@ def issue10_diagnostics(steps: pd.DataFrame, prompts: pd.DataFrame, eval_df: pd.
     return pd.DataFrame(rows)
 
 
+def _verdict(v) -> str:
+    if v is None or (isinstance(v, float) and np.isnan(v)):
+        return "—"
+    return "PASS" if v else "FAIL"
+
+
 def format_diagnostics(df: pd.DataFrame) -> str:
     """The table as text, PASS / FAIL / — per row."""
-    out = df.copy()
-    out["pass"] = out["pass"].map(lambda v: "—" if v is None or (isinstance(v, float) and np.isnan(v))
-                                  else ("PASS" if v else "FAIL"))
-    return out.to_string(index=False)
+    return df.assign(**{"pass": df["pass"].map(_verdict)}).to_string(index=False)
 
 
 def mean_at_k(eval_df: pd.DataFrame) -> str:
@@ -149,5 +152,6 @@ def mechanism_report(pr, baseline: str, *, vip: str | None = None, prompt_gdro: 
     show("\nRegime diagnostics (issue 10): is the small-scale setting a fair test of the mechanism?")
     show(format_diagnostics(diag))
     se_cols = [c for c in se.columns if not c.endswith(("_mean", "_lo", "_hi"))]
-    write_tables({"engagement": eng, "sample_efficiency": se[se_cols], "diagnostics": diag}, pr.tables)
+    shown_diag = diag.assign(**{"pass": diag["pass"].map(_verdict)})
+    write_tables({"engagement": eng, "sample_efficiency": se[se_cols], "diagnostics": shown_diag}, pr.tables)
     return {"engagement": eng, "sample_efficiency": se, "diagnostics": diag}
