@@ -21,7 +21,7 @@ from replication.train.distributed import World
 from replication.train.sampler import EpochSampler
 from replication.tasks.data import PromptSet, build_data
 from replication.tasks.verify import Verifier
-from replication.train.setup import build_engine, format_inputs, load_model
+from replication.train.setup import build_engine, check_engine, format_inputs, load_model
 
 
 @dataclasses.dataclass
@@ -92,6 +92,7 @@ class Components:
 
 
 def build_components(cfg: TrainConfig, world: World = World()) -> Components:
+    check_engine(cfg)  # e.g. vllm not installed: exit 2 before data or model is loaded
     torch.manual_seed(cfg.seed)
     if cfg.model.device == "cpu":
         torch.set_num_threads(cfg.model.threads)
@@ -142,7 +143,10 @@ def build_components(cfg: TrainConfig, world: World = World()) -> Components:
     scheduler = torch.optim.lr_scheduler.LambdaLR(
         optimizer, lambda i: min(1.0, (i + 1) / warm) if warm > 0 else 1.0
     )
-    engine = build_engine(cfg, model, tokenizer, add_special_tokens=add_special)
+    from replication.rollout.engines import EnginePlacement
+
+    engine = build_engine(cfg, model, tokenizer, add_special_tokens=add_special,
+                          placement=EnginePlacement(world.rank, world.size, world.local_rank))
     generator = torch.Generator().manual_seed(cfg.seed)
     return Components(
         model=model,

@@ -106,6 +106,9 @@ def train(
     if world.is_main:
         c.save_model(out / "model")
         (out / "metrics.json").write_text(json.dumps(metrics, indent=1, sort_keys=True))
+    close = getattr(c.engine, "close", None)
+    if callable(close):
+        close()  # vLLM: shut its EngineCore process down now, not at interpreter exit
     world.barrier()  # the files exist when any rank returns
     world.close()
     return metrics
@@ -128,6 +131,7 @@ def train_step(cfg: TrainConfig, c: Components, step: int, world: World = World(
     s = cfg.rollout.sampling
     mine = split_groups(counts, world.size)[world.rank]
     my_idx = idx[mine]
+    t_gen = time.perf_counter()
     batch = c.engine.generate(
         ids[mine],
         [c.train.inputs[i] for i in my_idx],
@@ -137,6 +141,9 @@ def train_step(cfg: TrainConfig, c: Components, step: int, world: World = World(
         generator=c.generator,
         seeds=rollout_seeds(cfg.seed, "train", step, ids[mine]),
     )
+    # the vLLM engine may recompute old log-probs with the trainer's model inside generate()
+    old_lp_seconds = float(getattr(c.engine, "timings", {}).get("old_logprob_seconds", 0.0))
+    generate_seconds = time.perf_counter() - t_gen - old_lp_seconds
     batch.check_alignment()
     sources = [c.train.sources[i] for i in my_idx]
     my_correct = np.asarray(c.verifier.is_correct(batch.completions, batch.row_answers,
@@ -158,6 +165,7 @@ def train_step(cfg: TrainConfig, c: Components, step: int, world: World = World(
 
     # 4. PPO-clip update over mini-batches (+ DynaMO token modulation), on this rank's rows
     rows = slice(int(counts[: mine.start].sum()), int(counts[: mine.stop].sum()))
+    t_upd = time.perf_counter()
     upd = ppo_update(
         c.model, c.optimizer, c.scheduler, batch, adv[rows], c.ppo_cfg,
         temperature=s.temperature, mini_batches=cfg.rl.mini_batches, ppo_epochs=cfg.rl.ppo_epochs,
@@ -166,7 +174,9 @@ def train_step(cfg: TrainConfig, c: Components, step: int, world: World = World(
         shard=RowShard(world, int(counts.sum()), rows.start, rows.stop),
     )
     check_finite(step, c.model, upd.row_loss, upd.stats)  # NaN/inf: stop; last checkpoint kept
+    t_sync = time.perf_counter()
     c.engine.sync_weights(c.model)
+    update_seconds, sync_seconds = t_sync - t_upd, time.perf_counter() - t_sync
 
     # 5. feedback: per-prompt losses (mean over the prompt's rollouts) to allocator and weighter
     q = len(ids)
@@ -198,6 +208,10 @@ def train_step(cfg: TrainConfig, c: Components, step: int, world: World = World(
         "counts_hist": np.bincount(counts, minlength=cfg.rollout.upper + 1).tolist(),
         "allocator_seconds": alloc_seconds,
         "prompt_weights_seconds": weights_seconds,
+        "generate_seconds": generate_seconds,
+        "old_logprob_seconds": old_lp_seconds,
+        "update_seconds": update_seconds,
+        "sync_seconds": sync_seconds,
         "step_seconds": time.perf_counter() - t_step,
         **{k: v for k, v in upd.stats.items()},
     }

@@ -42,15 +42,24 @@ def format_inputs(data: TrainData, tokenizer: Any) -> bool:
     return fmt.add_special_tokens
 
 
-def build_engine(cfg: TrainConfig, model: torch.nn.Module, tokenizer: Any, add_special_tokens: bool = True) -> Any:
-    from replication.rollout.hf_engine import HFRolloutEngine
+def check_engine(cfg: TrainConfig) -> None:
+    """ConfigError (CLI exit 2) when ``rollout.engine`` cannot run here — e.g. vllm is not
+    installed or its version is unsupported. Called before any data or model is loaded."""
+    from replication.rollout.engines import ENGINES
 
-    return HFRolloutEngine(
-        model,
-        tokenizer,
-        add_special_tokens=add_special_tokens,
-        seed=cfg.seed,
-        default_max_new_tokens=cfg.rollout.sampling.max_new_tokens,
-    )
+    ENGINES.get(cfg.rollout.engine).check_available()
 
 
+def build_engine(cfg: TrainConfig, model: torch.nn.Module, tokenizer: Any,
+                 add_special_tokens: bool = True, placement: Any = None) -> Any:
+    """The rollout engine named by ``rollout.engine`` (registry: replication/rollout/engines.py).
+
+    ``placement`` (an ``EnginePlacement``: rank, world size, local rank) says which training
+    process this is; None = read RANK / WORLD_SIZE / LOCAL_RANK from the environment (torchrun
+    and accelerate set them; one process otherwise)."""
+    from replication.rollout.engines import ENGINES, EnginePlacement
+
+    entry = ENGINES.get(cfg.rollout.engine)
+    entry.check_available()
+    return entry.build(cfg, model, tokenizer, add_special_tokens,
+                       placement if placement is not None else EnginePlacement.from_env())

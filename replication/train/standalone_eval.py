@@ -9,7 +9,7 @@ from pathlib import Path
 from replication.config import TrainConfig, to_dict
 from replication.evaluate.runner import Evaluator
 from replication.tasks.data import build_data
-from replication.train.setup import build_engine, format_inputs, load_model
+from replication.train.setup import build_engine, check_engine, format_inputs, load_model
 
 
 def evaluate_checkpoint(cfg: TrainConfig, checkpoint: str | Path, out: str | Path, seed: int = 0) -> dict:
@@ -19,6 +19,7 @@ def evaluate_checkpoint(cfg: TrainConfig, checkpoint: str | Path, out: str | Pat
     if (checkpoint / "model").is_dir() and not (checkpoint / "config.json").exists():
         checkpoint = checkpoint / "model"  # a run folder: evaluate its final model
     cfg = dataclasses.replace(cfg, model=dataclasses.replace(cfg.model, path=str(checkpoint)))
+    check_engine(cfg)
     data = build_data(cfg)
     model, tok = load_model(cfg)
     add_special = format_inputs(data, tok)
