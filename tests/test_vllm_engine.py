@@ -197,12 +197,9 @@ def test_version_range():
 
 @pytest.mark.skipif(HAVE_VLLM, reason="vllm is installed here: the missing-vllm path cannot run")
 def test_train_with_vllm_absent_exits_2_before_any_compute(tmp_path, capsys, monkeypatch):
-    import replication.train.setup as setup
-
     def no_data(cfg):  # the check must come before data (and so before the model) is built
         raise AssertionError("data was built before the engine check")
 
-    monkeypatch.setattr(setup, "build_data", no_data)
     monkeypatch.setattr("replication.train.components.build_data", no_data)
     rc = main(["train", "--profile", "default", "--seed", "0", "--out", str(tmp_path / "x"),
                "--set", "rollout.engine=vllm"])
