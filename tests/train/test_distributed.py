@@ -29,7 +29,8 @@ from replication.train.distributed import RowShard, World, rollout_seeds, split_
 
 REPO = Path(__file__).resolve().parents[2]
 TOL = 1e-5
-TIMING = {"step_seconds", "allocator_seconds", "prompt_weights_seconds", "wall_seconds"}
+TIMING = {"step_seconds", "allocator_seconds", "prompt_weights_seconds", "wall_seconds",
+          "generate_seconds", "old_logprob_seconds", "update_seconds", "sync_seconds"}
 
 CASES = {
     "vip": ["--allocator", "vip", "--estimator", "rloo", "--set", "rollout.lower=3"],
