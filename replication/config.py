@@ -145,7 +145,7 @@ class RolloutConfig:
     """Sampling parameters of training rollouts."""
     engine: str = "hf"
     """Rollout engine: 'hf' (own sampling loop over the trainer's model; CPU/GPU) or 'vllm'
-    (vLLM; the paper profiles). Registered in replication/rollout/engines.py."""
+    (vLLM; the paper profiles). Registered in replication/engines.py."""
     vllm: VLLMSection = dataclasses.field(default_factory=VLLMSection)
     """Options of the vLLM engine (used when engine = 'vllm')."""
 
@@ -299,6 +299,8 @@ def from_dict(cls: type, data: dict, path: str = "") -> Any:
 def _coerce(tp: Any, value: Any, key: str) -> Any:
     origin = typing.get_origin(tp)
     if dataclasses.is_dataclass(tp):
+        if isinstance(value, tp):  # a section's default kept by a partly given parent section
+            return value
         return from_dict(tp, value, key)
     if origin in (typing.Union, types.UnionType):
         args = typing.get_args(tp)
@@ -487,7 +489,7 @@ def _non_finite(x: Any, key: str = ""):
 
 
 def _validate_engine(r: RolloutConfig, need: Any) -> None:
-    from replication.rollout.engines import ENGINES
+    from replication.engines import ENGINES
 
     need(r.engine in ENGINES, "rollout.engine",
          f"unknown rollout engine {r.engine!r}; known: {ENGINES.names()}")

@@ -27,10 +27,11 @@ import torch
 from replication.__main__ import main
 from replication.config import ConfigError, VLLMSection, load_profile
 from replication.rollout.base import SamplingConfig
-from replication.rollout.engines import (
+from replication.engines import (
     ENGINES,
     VLLM_SUPPORTED,
     EnginePlacement,
+    EngineUnavailable,
     check_vllm_version,
     vllm_version_tuple,
 )
@@ -213,9 +214,13 @@ def test_train_with_vllm_absent_exits_2_before_any_compute(tmp_path, capsys, mon
 def test_unsupported_installed_version_is_a_config_error(monkeypatch):
     entry = ENGINES.get("vllm")
     monkeypatch.setattr("importlib.util.find_spec", lambda name: object())
-    monkeypatch.setattr("replication.rollout.engines._installed_version", lambda d: "0.11.0")
-    with pytest.raises(ConfigError, match=r"rollout.engine: vLLM 0.11.0 is not supported"):
+    monkeypatch.setattr("replication.engines._installed_version", lambda d: "0.11.0")
+    with pytest.raises(EngineUnavailable, match=r"vLLM 0.11.0 is not supported"):
         entry.check_available()
+    from replication.train.setup import check_engine
+
+    with pytest.raises(ConfigError, match=r"^rollout.engine: vLLM 0.11.0 is not supported"):
+        check_engine(load_profile("default", {"rollout.engine": "vllm"}))
 
 
 def test_placement_from_env():

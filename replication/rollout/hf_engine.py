@@ -245,3 +245,11 @@ def _pad_right(x: torch.Tensor, width: int, value) -> torch.Tensor:
         return x
     pad = torch.full((x.shape[0], width - x.shape[1]), value, dtype=x.dtype, device=x.device)
     return torch.cat([x, pad], dim=1)
+
+
+def build_from_config(cfg, model: torch.nn.Module, tokenizer, add_special_tokens: bool,
+                      placement) -> HFRolloutEngine:
+    """The registry's builder (replication/engines.py): the engine shares the rank's model, so
+    the placement needs nothing here."""
+    return HFRolloutEngine(model, tokenizer, add_special_tokens=add_special_tokens, seed=cfg.seed,
+                           default_max_new_tokens=cfg.rollout.sampling.max_new_tokens)

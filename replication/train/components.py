@@ -143,7 +143,7 @@ def build_components(cfg: TrainConfig, world: World = World()) -> Components:
     scheduler = torch.optim.lr_scheduler.LambdaLR(
         optimizer, lambda i: min(1.0, (i + 1) / warm) if warm > 0 else 1.0
     )
-    from replication.rollout.engines import EnginePlacement
+    from replication.engines import EnginePlacement
 
     engine = build_engine(cfg, model, tokenizer, add_special_tokens=add_special,
                           placement=EnginePlacement(world.rank, world.size, world.local_rank))

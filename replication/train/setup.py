@@ -10,7 +10,7 @@ from typing import Any
 
 import torch
 
-from replication.config import TrainConfig
+from replication.config import ConfigError, TrainConfig
 from replication.tasks.data import TrainData
 
 
@@ -45,21 +45,24 @@ def format_inputs(data: TrainData, tokenizer: Any) -> bool:
 def check_engine(cfg: TrainConfig) -> None:
     """ConfigError (CLI exit 2) when ``rollout.engine`` cannot run here — e.g. vllm is not
     installed or its version is unsupported. Called before any data or model is loaded."""
-    from replication.rollout.engines import ENGINES
+    from replication.engines import ENGINES, EngineUnavailable
 
-    ENGINES.get(cfg.rollout.engine).check_available()
+    try:
+        ENGINES.get(cfg.rollout.engine).check_available()
+    except EngineUnavailable as err:
+        raise ConfigError(f"rollout.engine: {err}") from None
 
 
 def build_engine(cfg: TrainConfig, model: torch.nn.Module, tokenizer: Any,
                  add_special_tokens: bool = True, placement: Any = None) -> Any:
-    """The rollout engine named by ``rollout.engine`` (registry: replication/rollout/engines.py).
+    """The rollout engine named by ``rollout.engine`` (registry: replication/engines.py).
 
     ``placement`` (an ``EnginePlacement``: rank, world size, local rank) says which training
     process this is; None = read RANK / WORLD_SIZE / LOCAL_RANK from the environment (torchrun
     and accelerate set them; one process otherwise)."""
-    from replication.rollout.engines import ENGINES, EnginePlacement
+    from replication.engines import ENGINES, EnginePlacement
 
-    entry = ENGINES.get(cfg.rollout.engine)
-    entry.check_available()
-    return entry.build(cfg, model, tokenizer, add_special_tokens,
-                       placement if placement is not None else EnginePlacement.from_env())
+    check_engine(cfg)
+    return ENGINES.get(cfg.rollout.engine).build(
+        cfg, model, tokenizer, add_special_tokens,
+        placement if placement is not None else EnginePlacement.from_env())

