@@ -138,7 +138,7 @@ def test_notebook_glue_validates_before_touching_outputs(tmp_path):
 def _dvc_project(tmp_path: Path, persist: bool = True) -> Path:
     """A throwaway DVC project: this repo's dvc.yaml and params.yaml, a small fake results tree."""
     proj = tmp_path / "proj"
-    proj.mkdir()
+    proj.mkdir(parents=True)
     for name in ("params.yaml", "dvc.yaml"):
         shutil.copy(ROOT / name, proj / name)
     if not persist:  # the control: DVC's default behaviour that deleted results in issue 11
@@ -168,14 +168,16 @@ def _dvc_repro(proj: Path, stage: str) -> subprocess.CompletedProcess:
 @pytest.mark.slow
 @pytest.mark.parametrize("stage, old, new", [
     ("vip", "seeds: [0, 1, 2]", "seeds: []"),
-    ("base", "profile: default", "profile: defualt"),
+    ("base", "\nprofile: default", "\nprofile: defualt"),
 ])
 def test_dvc_repro_with_bad_params_leaves_results_identical(tmp_path, stage, old, new):
     """Real `dvc repro -s <stage>` on a copy: the stage fails (validate, exit 2) and results/ is
     byte-identical. The control run without `persist` shows DVC would have deleted it."""
     proj = _dvc_project(tmp_path)
     params = proj / "params.yaml"
-    params.write_text(params.read_text().replace(old, new, 1))
+    text = params.read_text()
+    assert old in text
+    params.write_text(text.replace(old, new, 1))
     before = _tree_digest(proj / "results")
     r = _dvc_repro(proj, stage)
     assert r.returncode != 0
