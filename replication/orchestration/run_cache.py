@@ -2,12 +2,18 @@
 
 Each run is the real CLI (``python -m replication train ...``) in a subprocess, so a notebook, a
 DVC stage and a user at a shell all run exactly the same thing. The key hashes the resolved
-configuration, the seed, the step count and the base model's weights, so a run that several
-papers share (the same uniform GRPO baseline) is trained once and reused, and a killed sweep
-resumes (finished runs are skipped, a half-finished one continues with --resume).
+configuration, the seed, the step count, the base model's weights AND the code that produces a
+run (``code_digest``), so a run that several papers share (the same uniform GRPO baseline) is
+trained once and reused, a killed sweep resumes (finished runs are skipped, a half-finished one
+continues with --resume), and after a change to training code ``dvc repro`` retrains instead of
+silently reusing runs of the old code.
 
-The key does not hash the source code: after changing training code, clear the cache
-(``rm -rf .cache/runs``) or point ``REPLICATION_RUN_CACHE`` elsewhere, so no stale run is reused.
+Which code: every ``*.py`` of the ``replication`` package except ``report/``, ``orchestration/``
+and ``analysis/``. Those three only read finished runs, schedule them, or measure gradients
+outside training (the ``grad-variance`` command); nothing a ``train`` run computes depends on
+them, so editing a table or a plot does not invalidate hours of training. Everything else (the
+loop, allocators, RL maths, rollout engines, tasks, verifiers, models, config and profiles'
+loader, CLI) is hashed — conservative: a comment edit there retrains too.
 """
 
 from __future__ import annotations
@@ -46,14 +52,37 @@ def _model_digest(path: Path) -> str:
     return h.hexdigest()[:16]
 
 
+PACKAGE = Path(__file__).resolve().parents[1]
+"""The ``replication`` package folder whose sources ``code_digest`` hashes."""
+NOT_TRAINING = ("report", "orchestration", "analysis")
+"""Sub-packages that never run inside ``train`` (module docstring): left out of the code digest."""
+
+
+def code_digest(root: str | Path | None = None) -> str:
+    """SHA-256 (16 hex) over the relative path and bytes of every ``*.py`` under ``root`` (the
+    package by default), sub-packages in ``NOT_TRAINING`` excluded, in sorted path order."""
+    root = Path(root) if root is not None else PACKAGE
+    h = hashlib.sha256()
+    for f in sorted(root.rglob("*.py")):
+        rel = f.relative_to(root)
+        if rel.parts[0] in NOT_TRAINING or "__pycache__" in rel.parts:
+            continue
+        h.update(rel.as_posix().encode())
+        h.update(b"\0")
+        h.update(f.read_bytes())
+    return h.hexdigest()[:16]
+
+
 def run_key(profile: str, overrides: dict, seed: int, steps: int | None) -> tuple[str, dict]:
-    """(key, resolved config) of one run; validates the configuration (ConfigError names the key)."""
+    """(key, resolved config) of one run; validates the configuration (ConfigError names the key).
+    The key covers config, seed, steps, base model and training code (``code_digest``)."""
     cfg = load_profile(profile, {**overrides, "seed": seed})
     resolved = to_dict(cfg)
     resolved["profile"] = None  # the same settings under another profile name are the same run
     model = Path(cfg.model.path)
     digest = _model_digest(model) if model.exists() else "missing"
-    blob = json.dumps({"cfg": resolved, "steps": steps or cfg.steps, "model": digest}, sort_keys=True)
+    blob = json.dumps({"cfg": resolved, "steps": steps or cfg.steps, "model": digest, "code": code_digest()},
+                      sort_keys=True)
     return hashlib.sha256(blob.encode()).hexdigest()[:20], resolved
 
 

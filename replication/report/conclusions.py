@@ -2,11 +2,15 @@
 
 Each function takes a frame produced elsewhere in replication.report and returns Markdown text;
 ``conclusions`` joins the ones given. Wording rules: an effect is "better"/"worse" only when the
-paired test over seeds is significant at 5 %; otherwise "no significant difference", with the
-interval printed so a reader sees how large an effect the seeds could have hidden.
+paired test over seeds is significant at 5 % AFTER Holm's correction over the paper's family of
+comparisons (tables.add_holm); otherwise "no significant difference", with the interval and the
+minimum detectable effect printed so a reader sees how large an effect the seeds could have
+hidden. With one seed there is no test: "one seed, no CI".
 """
 
 from __future__ import annotations
+
+from pathlib import Path
 
 import numpy as np
 import pandas as pd
@@ -18,6 +22,10 @@ def _pct(x: float, digits: int = 1) -> str:
     return f"{x:.{digits}f}".replace("-", "\u2212")
 
 
+def _sig(r) -> bool:
+    return bool(getattr(r, "significant_holm", getattr(r, "significant", False)))
+
+
 def arm_conclusions(cmp_df: pd.DataFrame, set_name: str = "average") -> str:
     """Which arms beat the baseline on ``set_name`` (tables.compare_to_baseline output)."""
     if cmp_df.empty:
@@ -26,39 +34,64 @@ def arm_conclusions(cmp_df: pd.DataFrame, set_name: str = "average") -> str:
     if part.empty:
         return f"No comparisons on the {set_name!r} set."
     base = part["baseline"].iloc[0]
-    lines = [f"Against the baseline **{base}** on the {set_name} held-out set (paired over seeds, 95 % CI):"]
+    fam = ""
+    if "family_size" in part:
+        fam = (f" p-values are raw and Holm-adjusted over all {int(part['family_size'].iloc[0])} comparisons of "
+               "this paper; MDE = minimum detectable effect (paired two-sided t, α = 0.05, power 0.8, "
+               "(t₀.₉₇₅ + t₀.₈)·sd/√n over seeds).")
+    lines = [f"Against the baseline **{base}** on the {set_name} held-out set (paired over seeds, 95 % CI).{fam}"]
     for r in part.itertuples():
-        lines.append(f"- {r.arm}, {r.metric}: {r.text}.")
-    better = sorted({r.arm for r in part.itertuples() if r.significant and r.diff > 0})
-    worse = sorted({r.arm for r in part.itertuples() if r.significant and r.diff < 0})
-    verdict = []
-    verdict.append(f"significantly better on at least one metric: {', '.join(better)}" if better
-                   else "no arm is significantly better than the baseline on any metric")
+        lines.append(f"- {r.arm} (vs {r.baseline}), {r.metric}: {r.text}.")
+    if "n" in part and int(part["n"].max()) < 2:
+        lines.append("")
+        lines.append("In short: one seed per arm, so no test and no CI; the differences above are single runs.")
+        return "\n".join(lines)
+    better = sorted({r.arm for r in part.itertuples() if _sig(r) and r.diff > 0})
+    worse = sorted({r.arm for r in part.itertuples() if _sig(r) and r.diff < 0})
+    raw_only = sorted({r.arm for r in part.itertuples() if getattr(r, "significant", False) and not _sig(r)})
+    verdict = [f"significantly better on at least one metric after Holm: {', '.join(better)}" if better
+               else "no arm is significantly better than the baseline on any metric after Holm's correction"]
     if worse:
-        verdict.append(f"significantly worse on at least one metric: {', '.join(worse)}")
+        verdict.append(f"significantly worse on at least one metric after Holm: {', '.join(worse)}")
+    if raw_only:
+        verdict.append(f"p < 0.05 before but not after the correction: {', '.join(raw_only)}")
+    if "mde" in part and np.isfinite(part["mde"]).any():
+        lo, hi = np.nanmin(part["mde"]) * 100, np.nanmax(part["mde"]) * 100
+        verdict.append(f"the seeds could only detect true differences of about {_pct(lo)}–{_pct(hi)} pts")
     lines.append("")
     lines.append("In short: " + "; ".join(verdict) + ".")
     return "\n".join(lines)
 
 
 def overhead_conclusion(runs_df: pd.DataFrame) -> str:
-    """Allocator time as a share of wall time per arm (runs.list_runs), beside VIP's figure."""
-    g = runs_df.groupby("arm", sort=False)["allocator_share"].mean().mul(100).sort_values(ascending=False)
+    """Method time (allocator plan + observe, plus Prompt-GDRO's weights + observe) as a share
+    of wall time and per step (runs.list_runs), beside VIP's share and GDRO's per-step figures."""
+    col = "overhead_share" if "overhead_share" in runs_df else "allocator_share"
+    g = runs_df.groupby("arm", sort=False)[col].mean().mul(100).sort_values(ascending=False)
     g = g[np.isfinite(g)]
     if g.empty:
         return "No allocator timings were logged."
     parts = [f"{arm} {_pct(v, 2)} %" for arm, v in g.items()]
     vip = load_paper_table("vip_overhead")
     paper = " / ".join(f"{_pct(v, 2)} %" for v in vip["share_pct"])
-    return (f"Allocator time as a share of training wall time (mean over seeds): {', '.join(parts)}. "
-            f"The largest is {g.index[0]} at {_pct(g.iloc[0], 2)} %; VIP reports {paper} for 1.5B / 7B "
-            f"(secondary). Our steps are far cheaper than a paper-scale step, so our shares overstate "
-            f"the relative cost at scale.")
+    text = (f"Method time (allocator plan + observe, plus Prompt-GDRO's weights + observe) as a share of "
+            f"training wall time (mean over seeds): {', '.join(parts)}. The largest is {g.index[0]} at "
+            f"{_pct(g.iloc[0], 2)} %; VIP reports {paper} of its model-specific time for 1.5B / 7B (secondary).")
+    if "overhead_per_step" in runs_df:
+        ps = runs_df.groupby("arm", sort=False)["overhead_per_step"].mean()
+        ps = ps[np.isfinite(ps)]
+        gd = load_paper_table("gdro_overhead")
+        gd_txt = ", ".join(f"{r.method} {r.advantage_stage_seconds_per_step:.3f} s" for r in gd.itertuples())
+        text += (f" Per step: {', '.join(f'{a} {v * 1000:.1f} ms' for a, v in ps.items())}; the GDRO paper's "
+                 f"advantage stage takes {gd_txt} per step (256 prompts × 4 rollouts).")
+    return text + (" Our steps are far cheaper than a paper-scale step, so our shares overstate the relative "
+                   "cost at scale.")
 
 
 def lab_conclusion(summary: pd.DataFrame, variance_metric: str = "variance_rloo_vs_uniform") -> str:
     """Lab effect sizes (lab.summarise_lab output): variance and non-zero-advantage ratios to
-    uniform per method, and the best method that does not see the true p."""
+    uniform per method, the best method without the true p under EACH objective, and the gap
+    between VIP with its GP predictions and VIP with the true p."""
     v = summary[summary["metric"] == variance_metric].set_index("method")
     z = summary[summary["metric"] == "nonzero_expected_vs_uniform"].set_index("method")
     if v.empty:
@@ -72,36 +105,82 @@ def lab_conclusion(summary: pd.DataFrame, variance_metric: str = "variance_rloo_
         if m in z.index:
             s += f", non-zero-advantage rollouts ×{z.at[m, 'mean']:.3f}"
         lines.append(s + f" (n={int(v.at[m, 'n'])}).")
-    real = v.drop(index=[m for m in ("uniform", "vip-oracle") if m in v.index])
-    if not real.empty:
-        best = real["mean"].idxmin()
-        gap = ""
-        if "vip-oracle" in v.index:
-            gap = f" (the oracle reaches ×{v.at['vip-oracle', 'mean']:.3f})"
-        lines.append(f"\nThe lowest variance without the true p: {best}, ×{real.at[best, 'mean']:.3f}{gap}.")
+    objectives = [m for m in pd.unique(summary["metric"]) if str(m).startswith("variance_") and
+                  str(m).endswith("_vs_uniform")]
+    best = []
+    for obj in objectives:
+        t = summary[summary["metric"] == obj].set_index("method")
+        real = t.drop(index=[m for m in ("uniform", "vip-oracle") if m in t.index])
+        if real.empty:
+            continue
+        b = real["mean"].idxmin()
+        best.append((obj.replace("variance_", "").replace("_vs_uniform", ""), b, real.at[b, "mean"]))
+    if best:
+        winners = {b for _, b, _ in best}
+        txt = "; ".join(f"under the {o} objective {b} ×{x:.3f}" for o, b, x in best)
+        lines.append(f"\nThe lowest variance without the true p: {txt}"
+                     + (" — the winner depends on the objective, so no method is best without the true p in "
+                        "general." if len(winners) > 1 else "."))
+    if "vip-gp" in v.index and "vip-oracle" in v.index:
+        gp, orc = v.at["vip-gp", "mean"], v.at["vip-oracle", "mean"]
+        direction = "raises" if gp > 1 else "lowers"
+        lines.append(f"VIP's allocation with its GP predictions {direction} the variance to ×{gp:.3f} of uniform, "
+                     f"with the true p it reaches ×{orc:.3f}: in this lab the predictor, not the allocation rule, "
+                     f"decides whether VIP helps.")
+    return "\n".join(lines)
+
+
+def predictor_conclusion(mae: pd.DataFrame) -> str:
+    """VIP's predictor study (predictor_study.mae_summary): GP vs the per-prompt moving average."""
+    if mae is None or mae.empty:
+        return "No predictor study."
+    t = mae.pivot(index="predictor", columns="subset", values="mae")
+    lines = ["Predictor study (VIP Fig. 3 analogue; MAE of the predicted success probability against the "
+             "observed k/n, replayed on a uniform run):"]
+    for name in t.index:
+        lines.append("- " + name + ": " + ", ".join(f"{s} {t.at[name, s]:.3f}" for s in t.columns
+                                                     if np.isfinite(t.at[name, s])) + ".")
+    if {"gp", "moving-average"} <= set(t.index) and "all" in t.columns:
+        gp, ma = t.at["gp", "all"], t.at["moving-average", "all"]
+        if gp > ma:
+            lines.append(f"\nThe GP predicts WORSE than a per-prompt moving average here (MAE {gp:.3f} vs {ma:.3f} "
+                         f"over all prompts), the opposite of the paper's Fig. 3.")
+        else:
+            lines.append(f"\nThe GP predicts better than a per-prompt moving average here (MAE {gp:.3f} vs {ma:.3f}), "
+                         f"as in the paper's Fig. 3.")
+        if "unseen" in t.columns and np.isfinite(t.at["gp", "unseen"]):
+            lines[-1] += (f" On prompts never seen before: GP {t.at['gp', 'unseen']:.3f}, moving average "
+                          f"{t.at['moving-average', 'unseen']:.3f}.")
     return "\n".join(lines)
 
 
 def paper_conclusion(pvo: pd.DataFrame) -> str:
-    """Direction agreement between the paper's change and ours (paper_tables.paper_vs_ours)."""
+    """Direction agreement between the paper's change and ours (paper_tables.paper_vs_ours), or
+    why a paper row has no analogue here."""
     if pvo.empty:
         return "No paper-vs-ours rows."
-    lines = [f"Paper vs ours ({LABEL}):"]
+    lines = [f"Paper vs ours ({LABEL}; each paper row is set beside at most one measurement of ours):"]
     for r in pvo.itertuples():
-        if r.significant:
+        head = (f"- {r.model}, {r.baseline} → {r.method}, {r.benchmark} {r.metric}: paper "
+                f"{_pct(r.paper_abs, 2)} pts ({_pct(r.paper_rel_pct)} %)")
+        analogue = getattr(r, "analogue", "paired")
+        if analogue != "paired":
+            lines.append(f"{head}; {analogue}.")
+            continue
+        if int(r.n) < 2:
+            agree = "one seed, no test"
+        elif _sig(r):
             agree = "same direction" if np.sign(r.our_abs) == np.sign(r.paper_abs) else "opposite direction"
         else:
             agree = "not significant here"
-        lines.append(
-            f"- {r.model}, {r.baseline} → {r.method}, {r.benchmark} {r.metric}: paper "
-            f"{_pct(r.paper_abs, 2)} pts ({_pct(r.paper_rel_pct)} %); ours on {r.our_set} {r.our_metric} "
-            f"{r.ours_text}, relative {_pct(r.our_rel_pct)} % — {agree}.")
+        lines.append(f"{head}; ours on {r.our_set} {r.our_metric} {r.ours_text}, relative "
+                     f"{_pct(r.our_rel_pct)} % — {agree}.")
     return "\n".join(lines)
 
 
 def wse_conclusion(reduction: pd.DataFrame) -> str:
     """WSE reduction vs compute-matched uniform per arm (gdro_diagnostics.wse_reduction), beside
-    the paper's 37.1 / 22.6 / 33.4 %."""
+    the paper's 37.1 / 22.6 / 33.4 %, with the σ̂ definition used."""
     from replication.report.stats import mean_ci
 
     if reduction.empty:
@@ -110,17 +189,36 @@ def wse_conclusion(reduction: pd.DataFrame) -> str:
     parts = []
     for arm, g in groups:
         ci = mean_ci(g["reduction_pct"])
-        rng = f" [{_pct(ci.lo)}, {_pct(ci.hi)}]" if np.isfinite(ci.lo) else ""
+        rng = f" [{_pct(ci.lo)}, {_pct(ci.hi)}]" if np.isfinite(ci.lo) else " (one seed, no CI)"
         parts.append(f"{arm} {_pct(ci.mean)} %{rng}")
     paper = " / ".join(_pct(x) for x in load_paper_table("gdro_wse")["wse_reduction_pct"])
-    return (f"WSE reduction against compute-matched uniform (mean [95 % CI] over seeds): {', '.join(parts)}; "
-            f"the GDRO paper reports {paper} % (1.7B / 4B / 8B).")
+    signal = str(reduction["signal"].iloc[0]) if "signal" in reduction else "rate"
+    if signal == "loss":
+        defn = "σ̂_b = per-bin std of the per-prompt training loss (the paper's definition)"
+    else:
+        defn = ("σ̂_b = per-bin std of the per-prompt success rate k/n — NOT the paper's σ̂ (std of the "
+                "per-prompt training signal), so the two reductions are different quantities")
+    return (f"WSE reduction against compute-matched uniform (mean [95 % CI] over seeds; {defn}): "
+            f"{', '.join(parts)}; the GDRO paper reports {paper} % (1.7B / 4B / 8B).")
+
+
+def _predictor_from_tables(comparisons: pd.DataFrame | None) -> pd.DataFrame | None:
+    """The VIP notebook writes predictor_study.csv before the conclusions; pipeline.comparisons
+    records where (``attrs["tables"]``)."""
+    if comparisons is None or comparisons.attrs.get("paper") != "vip":
+        return None
+    path = Path(comparisons.attrs.get("tables", "")) / "predictor_study.csv"
+    return pd.read_csv(path) if path.is_file() else None
 
 
 def conclusions(*, comparisons: pd.DataFrame | None = None, runs: pd.DataFrame | None = None,
                 lab: pd.DataFrame | None = None, paper: pd.DataFrame | None = None,
-                wse: pd.DataFrame | None = None, set_name: str = "average") -> str:
-    """All available paragraphs, Markdown, in a fixed order."""
+                wse: pd.DataFrame | None = None, predictor: pd.DataFrame | None = None,
+                set_name: str = "average") -> str:
+    """All available paragraphs, Markdown, in a fixed order. For VIP the predictor study is
+    included (``predictor``, or read from the paper's tables folder when not given)."""
+    if predictor is None:
+        predictor = _predictor_from_tables(comparisons)
     out = []
     if comparisons is not None:
         out.append(arm_conclusions(comparisons, set_name))
@@ -130,6 +228,8 @@ def conclusions(*, comparisons: pd.DataFrame | None = None, runs: pd.DataFrame |
         out.append(wse_conclusion(wse))
     if runs is not None:
         out.append(overhead_conclusion(runs))
+    if predictor is not None:
+        out.append(predictor_conclusion(predictor))
     if lab is not None:
         out.append(lab_conclusion(lab))
     return "\n\n".join(out) + "\n"

@@ -11,7 +11,8 @@ Weighted standard error (GDRO, Rollout-GDRO theory after Thm 4.2; gdro.md):
   success rate k/n (``signal="rate"``, default: always logged, and the Bernoulli spread that
   drives the gradient variance of binary-reward estimators) or the per-prompt PPO loss
   (``signal="loss"``, the paper's "training signal" read literally; near zero for group-centred
-  advantages at ratio 1). Bins with fewer than two records in the window have no σ̂ and are left
+  advantages at ratio 1). Only ``signal="loss"`` is the paper's σ̂; the frames carry a ``signal``
+  column and the conclusion labels a rate-based WSE as a different quantity. Bins with fewer than two records in the window have no σ̂ and are left
   out of both WSE and its uniform counterpart.
 
 The compute-matched uniform counterpart replaces n_b(t) by n̄(t), the step's mean rollouts per
@@ -98,6 +99,7 @@ def wse(prompts: pd.DataFrame, signal: str = "rate", window: int = 5, **classifi
                 "wse_uniform": float((use["q"] * use["sd"]).sum() / np.sqrt(n_bar)),
                 "n_bar": n_bar,
                 "bins_used": int(len(use)),
+                "signal": signal,
             })
     return pd.DataFrame(rows)
 
@@ -113,7 +115,8 @@ def wse_reduction(wse_df: pd.DataFrame, from_step: int = 0) -> pd.DataFrame:
         key = key if isinstance(key, tuple) else (key,)
         w, u = float(run["wse"].mean()), float(run["wse_uniform"].mean())
         rows.append({**dict(zip(keys, key)), "wse": w, "wse_uniform": u,
-                     "reduction_pct": 100.0 * (1.0 - w / u) if u > 0 else np.nan})
+                     "reduction_pct": 100.0 * (1.0 - w / u) if u > 0 else np.nan,
+                     "signal": str(run["signal"].iloc[0]) if "signal" in run else "rate"})
     return pd.DataFrame(rows)
 
 

@@ -1,15 +1,19 @@
 """The papers' reported tables as data, and "paper vs ours" comparison tables.
 
-paper_data/*.csv transcribe ../shared/papers/*.md (paper_data/SOURCES.md says where each number
-comes from and which are secondary). For each paper the comparison puts the paper's
+paper_data/*.csv transcribe the papers' published numbers (paper_data/SOURCES.md says where each
+number comes from and which are secondary). For each paper the comparison puts the paper's
 baseline → method change (absolute, relative) beside ours (absolute with its 95 % CI over seeds,
-relative) on the closest metric pairing:
+relative) ONLY where our metric measures the same thing; every other paper row says
+"no analogue" and why. One measurement of ours is set beside at most one paper row:
 
-- VIP (vip_main.csv, RLOO → RLOO+VIP, 1.5B, 8Q): AIME24/25 Pass@32 ↔ our held-out pass@k
-  average; AIME24 Mean@32 ↔ our mean@k average.
-- DynaMO (dynamo_*.csv, GRPO → DynaMO): Avg P@1 ↔ our pass@1 average; Avg P@32 ↔ pass@k average.
-- GDRO (gdro_table1.csv, GRPO → Prompt-/Rollout-GDRO): mean@8 averaged over the six benchmarks
-  (computed here, the paper prints none) ↔ our mean@k average; pooled pass@8 ↔ our pooled pass@k.
+- VIP (vip_main.csv, RLOO → RLOO+VIP, 1.5B, 8Q): AIME24 Mean@32 ↔ our mean@k average (mean
+  accuracy does not depend on k). AIME24/AIME25 "Pass@32" are verl's BOOTSTRAPPED best@32, not
+  the unbiased pass@k we measure: no analogue.
+- DynaMO (dynamo_*.csv, GRPO → DynaMO): the 1.5B row only (7B: no analogue): Avg P@1 ↔ our
+  pass@1 average; Avg P@32 ↔ our pass@k average only when our k is 32.
+- GDRO (gdro_table1.csv, GRPO → Prompt-/Rollout-GDRO): the 1.7B row only (4B, 8B: no analogue):
+  mean@8 averaged over the six benchmarks (computed here, the paper prints none) ↔ our mean@k
+  average; pooled pass@8 ↔ our pooled pass@k when our k is 8.
 
 Ours is a small-scale analogue (tiny model, procedural tasks): the columns compare directions
 and relative sizes of effects, never absolute accuracies.
@@ -57,13 +61,17 @@ def gdro_with_average() -> pd.DataFrame:
 
 @dataclasses.dataclass(frozen=True)
 class Pairing:
-    """A paper metric (benchmark, metric) and the metric of ours it is set beside."""
+    """A paper metric (benchmark, metric) and the metric of ours it is set beside, if any."""
 
     benchmark: str
     metric: str
-    our_set: str
-    our_metric: str
+    our_set: str | None
+    """None: no analogue (``reason`` says why)."""
+    our_metric: str | None
     """"pass@k" / "mean@k" resolve to our evaluator's k; "pass@1" is literal."""
+    need_k: int | None = None
+    """Pair only when our evaluator's k equals this (pass@k depends on k; mean@k does not)."""
+    reason: str = ""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -72,22 +80,27 @@ class PaperSpec:
     baseline: str
     methods: tuple[str, ...]
     pairings: tuple[Pairing, ...]
+    our_model: str
+    """The paper's model whose rows our (single) measurement is set beside; other models' rows
+    are "no analogue" (one measurement is never reused for several paper rows)."""
 
 
+_BOOTSTRAP = ("VIP's Pass@32 is verl's bootstrapped best@32, not the unbiased pass@k measured here")
 SPECS: dict[str, PaperSpec] = {
     "vip": PaperSpec("vip_main", "RLOO", ("RLOO+VIP",), (
-        Pairing("AIME24", "Pass@32", "average", "pass@k"),
+        Pairing("AIME24", "Pass@32", None, None, reason=_BOOTSTRAP),
         Pairing("AIME24", "Mean@32", "average", "mean@k"),
-        Pairing("AIME25", "Pass@32", "average", "pass@k"),
-    )),
+        Pairing("AIME25", "Pass@32", None, None, reason=_BOOTSTRAP + "; and our one held-out average is "
+                "already set beside AIME24"),
+    ), "Qwen2.5-Math-1.5B"),
     "dynamo": PaperSpec("dynamo", "GRPO", ("DynaMO",), (
         Pairing("Avg", "P@1", "average", "pass@1"),
-        Pairing("Avg", "P@32", "average", "pass@k"),
-    )),
+        Pairing("Avg", "P@32", "average", "pass@k", need_k=32),
+    ), "Qwen2.5-Math-1.5B"),
     "gdro": PaperSpec("gdro", "GRPO", ("Prompt-GDRO", "Rollout-GDRO"), (
         Pairing("average", "mean@8", "average", "mean@k"),
-        Pairing("pooled", "pass@8", "pooled", "pass@k"),
-    )),
+        Pairing("pooled", "pass@8", "pooled", "pass@k", need_k=8),
+    ), "Qwen3-1.7B-Base"),
 }
 
 
@@ -123,11 +136,24 @@ def paper_changes(paper: str) -> pd.DataFrame:
                     continue
                 v = float(row["value"].iloc[0])
                 status = "/".join(sorted(set(base["status"]) | set(row["status"])))
+                reason = pr.reason
+                if not reason and model != spec.our_model:
+                    reason = (f"our single measurement is set beside the {spec.our_model} row only "
+                              f"(a {model} analogue would reuse it)")
                 rows.append({"paper": paper, "model": model, "baseline": spec.baseline, "method": method,
                              "benchmark": pr.benchmark, "metric": pr.metric, "paper_baseline": b,
                              "paper_method": v, "paper_abs": v - b, "paper_rel_pct": 100.0 * (v / b - 1.0),
-                             "paper_status": status, "our_set": pr.our_set, "our_metric": pr.our_metric})
+                             "paper_status": status, "our_set": None if reason else pr.our_set,
+                             "our_metric": None if reason else pr.our_metric, "need_k": pr.need_k,
+                             "reason": reason})
     return pd.DataFrame(rows)
+
+
+def _our_k(eval_df: pd.DataFrame) -> int | None:
+    for m in default_metrics(eval_df):
+        if m.startswith("pass@"):
+            return int(m.split("@")[1])
+    return None
 
 
 def _resolve_metric(name: str, eval_df: pd.DataFrame) -> str:
@@ -140,20 +166,38 @@ def _resolve_metric(name: str, eval_df: pd.DataFrame) -> str:
 
 
 def paper_vs_ours(paper: str, eval_df: pd.DataFrame, arms: Mapping[str, str], phase: str = "after") -> pd.DataFrame:
-    """Paper change beside ours, one row per (model, paired metric, method).
+    """Paper change beside ours, one row per (model, paper metric, method).
 
     ``arms`` maps the paper's method names (its baseline included) to our arm names, e.g.
-    {"RLOO": "rloo", "RLOO+VIP": "rloo-vip"}; methods without an arm are skipped. Our numbers
-    are in percentage points; our_rel_lo/hi is the difference CI divided by our baseline mean
-    (baseline treated as fixed). ``label`` says "small-scale analogue".
+    {"RLOO": "rloo", "RLOO+VIP": "rloo-vip"}; methods without an arm are skipped. Rows without
+    a like-for-like metric of ours have ``analogue`` = "no analogue: <reason>" and NaN numbers.
+    Our numbers are in percentage points; our_rel_lo/hi is the difference CI divided by our
+    baseline mean (baseline treated as fixed). ``p_holm`` is the Holm-adjusted p over the
+    paper's whole comparison table when ``pipeline.comparisons`` ran first (it leaves them on
+    ``eval_df.attrs["holm"]``), else over this table's paired rows (``holm_family`` says which).
+    ``label`` says "small-scale analogue".
     """
+    from replication.report.stats import holm
+
     spec = SPECS[paper]
     if spec.baseline not in arms:
         raise ValueError(f"{paper}: map the paper's baseline {spec.baseline!r} to one of our arms")
+    family = dict(eval_df.attrs.get("holm") or {})
     ev = eval_df[eval_df["phase"] == phase]
+    k = _our_k(ev)
     rows = []
+    keep = ("paper", "model", "baseline", "method", "benchmark", "metric", "paper_baseline", "paper_method",
+            "paper_abs", "paper_rel_pct", "paper_status")
     for r in paper_changes(paper).itertuples():
         if r.method not in arms:
+            continue
+        reason = r.reason
+        need_k = None if r.need_k is None or pd.isna(r.need_k) else int(r.need_k)
+        if not reason and need_k is not None and k != need_k:
+            reason = f"the paper's {r.metric} needs k = {need_k}; our evaluator uses k = {k}"
+        if reason:
+            rows.append({**{f: getattr(r, f) for f in keep}, "analogue": f"no analogue: {reason}",
+                         "our_set": None, "our_metric": None, "label": LABEL})
             continue
         metric = _resolve_metric(r.our_metric, ev)
         sel = ev[(ev["set"] == r.our_set) & (ev["metric"] == metric)]
@@ -165,18 +209,35 @@ def paper_vs_ours(paper: str, eval_df: pd.DataFrame, arms: Mapping[str, str], ph
         rel = 100.0 * c.relative
         scale = 100.0 / c.baseline_mean if c.baseline_mean else np.nan
         rows.append({
-            **{k: getattr(r, k) for k in ("paper", "model", "baseline", "method", "benchmark", "metric",
-                                           "paper_baseline", "paper_method", "paper_abs", "paper_rel_pct",
-                                           "paper_status")},
+            **{f: getattr(r, f) for f in keep}, "analogue": "paired",
             "our_set": r.our_set, "our_metric": metric,
             "our_baseline_arm": arms[spec.baseline], "our_method_arm": arms[r.method],
             "our_baseline": 100.0 * c.baseline_mean, "our_method": 100.0 * c.method_mean,
             "our_abs": 100.0 * c.diff, "our_abs_lo": 100.0 * c.lo, "our_abs_hi": 100.0 * c.hi,
             "our_rel_pct": rel, "our_rel_lo": c.lo * scale, "our_rel_hi": c.hi * scale,
-            "p": c.p, "n": c.n, "test": c.test, "significant": c.significant,
-            "ours_text": describe(c), "label": LABEL,
+            "p": c.p, "n": c.n, "test": c.test, "significant": c.significant, "se": c.se, "df": c.df,
+            "mde": 100.0 * c.mde, "cmp_obj": c,
+            "p_holm": family.get((arms[r.method], arms[spec.baseline], r.our_set, metric), np.nan),
+            "label": LABEL,
         })
-    return pd.DataFrame(rows)
+    out = pd.DataFrame(rows)
+    if out.empty:
+        return out
+    for col in ("p", "p_holm", "n", "our_abs", "our_rel_pct", "our_baseline", "our_method"):
+        if col not in out:
+            out[col] = np.nan
+    if "cmp_obj" not in out:
+        out["cmp_obj"] = None
+    paired = out["analogue"] == "paired"
+    if paired.any() and out.loc[paired, "p_holm"].isna().all():
+        out.loc[paired, "p_holm"] = holm(out.loc[paired, "p"])
+        out["holm_family"] = "this table"
+    else:
+        out["holm_family"] = "the paper's comparison table"
+    out["significant_holm"] = paired & (out["p_holm"] < 0.05)
+    out["ours_text"] = [describe(r.cmp_obj, p_holm=r.p_holm) if a == "paired" else a
+                        for r, a in zip(out.itertuples(), out["analogue"])]
+    return out.drop(columns="cmp_obj")
 
 
 def format_paper_vs_ours(df: pd.DataFrame) -> pd.DataFrame:
@@ -185,14 +246,17 @@ def format_paper_vs_ours(df: pd.DataFrame) -> pd.DataFrame:
     def rel(x: float) -> str:
         return f"{x:+.1f}%".replace("-", "\u2212") if np.isfinite(x) else "–"
 
+    paired = df["analogue"] == "paired" if "analogue" in df else pd.Series(True, index=df.index)
     out = pd.DataFrame({
         "model": df["model"],
         "paper metric": df["benchmark"] + " " + df["metric"],
         "paper": [f"{b:.2f} → {m:.2f} ({rel(x)})" for b, m, x in
                   zip(df["paper_baseline"], df["paper_method"], df["paper_rel_pct"])],
-        "our metric": df["our_set"] + " " + df["our_metric"],
-        "ours": [f"{b:.1f} → {m:.1f} ({rel(x)})" for b, m, x in
-                 zip(df["our_baseline"], df["our_method"], df["our_rel_pct"])],
+        "our metric": [f"{s} {m}" if p else "–" for s, m, p in
+                       zip(df["our_set"], df["our_metric"], paired)],
+        "ours": [f"{b:.1f} → {m:.1f} ({rel(x)})" if p else "no analogue" for b, m, x, p in
+                 zip(df.get("our_baseline", np.nan * paired), df.get("our_method", np.nan * paired),
+                     df.get("our_rel_pct", np.nan * paired), paired)],
         "our change": df["ours_text"],
         "scale": df["label"],
     })
@@ -200,15 +264,28 @@ def format_paper_vs_ours(df: pd.DataFrame) -> pd.DataFrame:
     return out
 
 
-def overhead_vs_paper(runs_df: pd.DataFrame) -> pd.DataFrame:
-    """Allocator time as a share of training wall time per arm (mean ± CI over seeds, in %),
-    beside VIP's reported 1.12 % (1.5B) / 0.83 % (7B) (vip_overhead.csv, secondary)."""
+def overhead_vs_paper(runs_df: pd.DataFrame, paper: str | None = None) -> pd.DataFrame:
+    """Method overhead per arm — allocator plan + observe plus Prompt-GDRO's weights + observe
+    (runs.list_runs ``overhead_share`` / ``overhead_per_step``; mean ± CI over seeds) — beside
+    the papers' figures: VIP's VIP-compute share of its model-specific time, 1.12 % (1.5B) /
+    0.83 % (7B) (vip_overhead.csv, secondary), and GDRO's advantage-stage seconds per step,
+    GRPO 0.043 / Prompt-GDRO 0.355 / Rollout-GDRO 0.446 (gdro_overhead.csv). ``paper``: "vip",
+    "gdro" or None (both)."""
+    share_col = "overhead_share" if "overhead_share" in runs_df else "allocator_share"
     rows = []
     for arm in pd.unique(runs_df["arm"]):
-        ci = mean_ci(100.0 * runs_df[runs_df["arm"] == arm]["allocator_share"])
+        sel = runs_df[runs_df["arm"] == arm]
+        ci = mean_ci(100.0 * sel[share_col])
+        per_step = mean_ci(sel["overhead_per_step"]) if "overhead_per_step" in sel else mean_ci([])
         rows.append({"source": "ours", "what": arm, "share_pct": ci.mean, "lo": ci.lo, "hi": ci.hi,
-                     "n": ci.n, "label": LABEL})
-    for r in load_paper_table("vip_overhead").itertuples():
-        rows.append({"source": "VIP paper", "what": f"VIP, {r.model}", "share_pct": r.share_pct,
-                     "lo": np.nan, "hi": np.nan, "n": 1, "label": r.status})
+                     "seconds_per_step": per_step.mean, "n": ci.n, "label": LABEL})
+    if paper in (None, "vip"):
+        for r in load_paper_table("vip_overhead").itertuples():
+            rows.append({"source": "VIP paper", "what": f"VIP, {r.model}", "share_pct": r.share_pct,
+                         "lo": np.nan, "hi": np.nan, "seconds_per_step": np.nan, "n": 1, "label": r.status})
+    if paper in (None, "gdro"):
+        for r in load_paper_table("gdro_overhead").itertuples():
+            rows.append({"source": "GDRO paper", "what": f"{r.method} (advantage stage)", "share_pct": np.nan,
+                         "lo": np.nan, "hi": np.nan, "seconds_per_step": r.advantage_stage_seconds_per_step,
+                         "n": 1, "label": r.status})
     return pd.DataFrame(rows)

@@ -12,7 +12,7 @@ from pathlib import Path
 import pandas as pd
 
 from replication.report.runs import load_eval, load_prompts, load_steps
-from replication.report.tables import compare_to_baseline
+from replication.report.tables import add_holm, compare_to_baseline
 
 
 @dataclasses.dataclass
@@ -56,13 +56,22 @@ def load_paper_run(paper: str, profile: str, seeds: list[int], arms: list[str],
 
 
 def comparisons(pr: PaperRun, phase: str = "after") -> pd.DataFrame:
-    """Each method against its own baseline (paired over seeds)."""
+    """Each method against its own baseline (paired over seeds), Holm-adjusted over ALL of the
+    paper's comparisons (one family per paper; tables.add_holm).
+
+    The Holm p-values are also left on ``pr.ev.attrs["holm"]`` as {(arm, baseline, set, metric):
+    p_holm} (paper_tables.paper_vs_ours takes them from there) and carries ``attrs`` paper and tables (the folder where the
+    notebook writes its tables; conclusions reads the predictor study from it)."""
     frames = []
     for base in dict.fromkeys(pr.baselines.values()):
         members = [m for m, b in pr.baselines.items() if b == base]
         ev = pr.ev[pr.ev["arm"].isin([base, *members])]
         frames.append(compare_to_baseline(ev, base, phase=phase))
-    return pd.concat(frames, ignore_index=True) if frames else pd.DataFrame()
+    out = add_holm(pd.concat(frames, ignore_index=True)) if frames else pd.DataFrame()
+    out.attrs.update({"paper": pr.paper, "tables": str(pr.out / "tables")})
+    if not out.empty:
+        pr.ev.attrs["holm"] = {(r.arm, r.baseline, r.set, r.metric): float(r.p_holm) for r in out.itertuples()}
+    return out
 
 
 def prompt_texts(profile: str) -> dict:

@@ -57,14 +57,21 @@ def _read_jsonl(path: Path) -> list[dict]:
 
 def list_runs(source: str | Path | pd.DataFrame) -> pd.DataFrame:
     """One row per run: arm, seed, dir, allocator, estimator, modulation, prompt_weights, steps,
-    budget_per_step, rollouts_total, wall_seconds, allocator_seconds (summed over steps) and
-    allocator_share = allocator_seconds / wall_seconds (VIP's overhead measure, vip.md)."""
+    budget_per_step, rollouts_total, wall_seconds, allocator_seconds and prompt_weights_seconds
+    (Prompt-GDRO's weights + observe; both summed over steps), allocator_share =
+    allocator_seconds / wall_seconds (VIP's overhead measure, vip.md), overhead_seconds = both
+    together, overhead_share = overhead_seconds / wall_seconds and overhead_per_step (seconds; the
+    GDRO paper's per-step figure)."""
     rows = []
     for arm, seed, d in _run_dirs(source):
         m = _read_json(d / "metrics.json")
-        alloc_s = np.nan
+        alloc_s = pw_s = np.nan
+        n_steps = 0
         if (d / "steps.jsonl").exists():
-            alloc_s = float(sum(r.get("allocator_seconds", 0.0) for r in _read_jsonl(d / "steps.jsonl")))
+            steps = _read_jsonl(d / "steps.jsonl")
+            n_steps = len(steps)
+            alloc_s = float(sum(r.get("allocator_seconds", 0.0) for r in steps))
+            pw_s = float(sum(r.get("prompt_weights_seconds", 0.0) for r in steps))
         wall = float(m.get("wall_seconds", np.nan))
         rows.append({
             "arm": arm, "seed": seed, "dir": str(d),
@@ -73,6 +80,10 @@ def list_runs(source: str | Path | pd.DataFrame) -> pd.DataFrame:
             "wall_seconds": wall,
             "allocator_seconds": alloc_s,
             "allocator_share": alloc_s / wall if wall > 0 else np.nan,
+            "prompt_weights_seconds": pw_s,
+            "overhead_seconds": alloc_s + pw_s,
+            "overhead_share": (alloc_s + pw_s) / wall if wall > 0 else np.nan,
+            "overhead_per_step": (alloc_s + pw_s) / n_steps if n_steps else np.nan,
         })
     return pd.DataFrame(rows)
 

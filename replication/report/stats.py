@@ -1,6 +1,6 @@
 """Seed statistics: mean ± Student-t confidence interval, and arm-vs-baseline comparisons.
 
-None of the three papers reports seeds or confidence intervals (../shared/papers/README.md);
+None of the three papers reports seeds or confidence intervals (paper_data/SOURCES.md);
 every number this repository reports is a mean over seeds with a 95 % t interval, and every
 "beats the baseline" claim is a test over seeds:
 
@@ -8,7 +8,13 @@ every number this repository reports is a mean over seeds with a 95 % t interval
 - ``compare``: method − baseline. Paired t-test over the seeds both arms ran (the arms then share
   data order, base model and evaluation samples, so pairing removes that shared noise); when the
   two seed sets differ, Welch's unequal-variance t-test on all values instead.
-- ``describe``: one phrase, e.g. "+2.1 pts [−0.5, 4.7], not significant (p=0.11, n=3)".
+- ``describe``: one phrase, e.g. "+2.1 pts [−0.5, 4.7], not significant (p=0.11, n=3)";
+  with one seed "+2.1 pts, one seed, no CI".
+- ``holm``: Holm–Bonferroni adjusted p-values over a family of tests (each paper's comparisons).
+- ``minimum_detectable_effect``: the smallest true difference the seeds could detect, from the
+  observed seed variance: MDE = (t_{1−α/2, df} + t_{power, df}) · SE, two-sided α = 0.05,
+  power 0.8; paired: SE = sd(differences)/√n, df = n − 1 (Welch: SE = √(s_a²/n_a + s_b²/n_b),
+  Welch–Satterthwaite df). The central-t approximation of the non-central t power equation.
 """
 
 from __future__ import annotations
@@ -54,6 +60,15 @@ class Comparison:
     method_mean: float
     baseline_mean: float
     level: float = 0.95
+    se: float = math.nan
+    """Standard error of ``diff`` (NaN with fewer than two seeds on a side)."""
+    df: float = math.nan
+    """Degrees of freedom of the t test."""
+
+    @property
+    def mde(self) -> float:
+        """Minimum detectable effect at two-sided α = 1 − level and power 0.8 (module docstring)."""
+        return minimum_detectable_effect(self.se, self.df, alpha=1.0 - self.level)
 
     @property
     def significant(self) -> bool:
@@ -133,10 +148,11 @@ def _paired(a: np.ndarray, b: np.ndarray, level: float) -> Comparison:
     if _constant(d):  # float noise would otherwise give a huge t and scipy's precision warning
         m = float(d.mean())
         p = 0.0 if abs(m) > 1e-12 else 1.0
-        return Comparison(m, m, m, p, n, "paired", float(a.mean()), float(b.mean()), level)
+        return Comparison(m, m, m, p, n, "paired", float(a.mean()), float(b.mean()), level, 0.0, n - 1)
     ci = mean_ci(d, level)
     p = float(stats.ttest_rel(a, b).pvalue)
-    return Comparison(ci.mean, ci.lo, ci.hi, p, n, "paired", float(a.mean()), float(b.mean()), level)
+    return Comparison(ci.mean, ci.lo, ci.hi, p, n, "paired", float(a.mean()), float(b.mean()), level,
+                      ci.sd / math.sqrt(n), n - 1)
 
 
 def _welch(a: np.ndarray, b: np.ndarray, level: float) -> Comparison:
@@ -149,11 +165,37 @@ def _welch(a: np.ndarray, b: np.ndarray, level: float) -> Comparison:
     va, vb = a.var(ddof=1) / na, b.var(ddof=1) / nb
     se2 = va + vb
     if _constant(a) and _constant(b):
-        return Comparison(diff, diff, diff, 0.0 if diff != 0 else 1.0, min(na, nb), "welch", ma, mb, level)
+        return Comparison(diff, diff, diff, 0.0 if diff != 0 else 1.0, min(na, nb), "welch", ma, mb, level,
+                          0.0, na + nb - 2)
     dof = se2**2 / (va**2 / (na - 1) + vb**2 / (nb - 1))
     half = float(stats.t.ppf(0.5 + level / 2.0, dof)) * math.sqrt(se2)
     p = float(stats.ttest_ind(a, b, equal_var=False).pvalue)
-    return Comparison(diff, diff - half, diff + half, p, min(na, nb), "welch", ma, mb, level)
+    return Comparison(diff, diff - half, diff + half, p, min(na, nb), "welch", ma, mb, level,
+                      math.sqrt(se2), float(dof))
+
+
+def minimum_detectable_effect(se: float, df: float, alpha: float = 0.05, power: float = 0.8) -> float:
+    """MDE = (t_{1−α/2, df} + t_{power, df}) · se: the smallest true difference a two-sided
+    t test at level α detects with probability ``power``, given the standard error the seeds
+    showed. NaN when se or df is undefined (fewer than two seeds)."""
+    if not (np.isfinite(se) and np.isfinite(df) and df >= 1):
+        return math.nan
+    return float((stats.t.ppf(1.0 - alpha / 2.0, df) + stats.t.ppf(power, df)) * se)
+
+
+def holm(pvalues: Iterable[float]) -> np.ndarray:
+    """Holm–Bonferroni adjusted p-values (step-down; monotone; capped at 1). NaN entries stay NaN
+    and do not count in the family size."""
+    p = np.asarray(list(pvalues), dtype=np.float64)
+    out = np.full(p.shape, np.nan)
+    ok = np.flatnonzero(np.isfinite(p))
+    m = ok.size
+    if m == 0:
+        return out
+    order = ok[np.argsort(p[ok], kind="stable")]
+    adj = np.maximum.accumulate((m - np.arange(m)) * p[order])
+    out[order] = np.minimum(adj, 1.0)
+    return out
 
 
 def _signed(x: float, digits: int) -> str:
@@ -165,21 +207,31 @@ def _plain(x: float, digits: int) -> str:
     return f"{x:.{digits}f}".replace("-", MINUS)
 
 
-def describe(cmp: Comparison, scale: float = 100.0, unit: str = "pts", digits: int = 1) -> str:
-    """Phrase a comparison: "+2.1 pts [−0.5, 4.7], not significant (p=0.11, n=3)".
+def _p(p: float) -> str:
+    return "p<0.001" if p < 0.001 else f"p={p:.2g}"
 
-    ``scale`` multiplies the difference and CI (100: fractions → percentage points).
+
+def describe(cmp: Comparison, scale: float = 100.0, unit: str = "pts", digits: int = 1,
+             p_holm: float | None = None) -> str:
+    """Phrase a comparison: "+2.1 pts [−0.5, 4.7], not significant (p=0.11, Holm p=0.9, n=3;
+    MDE 3.2 pts)". With ``p_holm`` the verdict follows the Holm-adjusted p.
+
+    ``scale`` multiplies the difference and CI (100: fractions → percentage points). One seed
+    (or fewer than two on a side): "+2.1 pts, one seed, no CI".
     """
     d = cmp.diff * scale
     head = f"{_signed(d, digits)} {unit}".rstrip()
+    if cmp.n < 2 or not np.isfinite(cmp.p):
+        return f"{head}, one seed, no CI" if cmp.n <= 1 else f"{head}, no test (n={cmp.n})"
     if np.isfinite(cmp.lo):
         head += f" [{_plain(cmp.lo * scale, digits)}, {_plain(cmp.hi * scale, digits)}]"
-    if not np.isfinite(cmp.p):
-        return f"{head}, no test (n={cmp.n})"
-    verdict = "significant" if cmp.significant else "not significant"
-    p = "p<0.001" if cmp.p < 0.001 else f"p={cmp.p:.2g}"
+    p_adj = cmp.p if p_holm is None or not np.isfinite(p_holm) else float(p_holm)
+    verdict = "significant" if p_adj < 1.0 - cmp.level else "not significant"
+    ps = _p(cmp.p) + ("" if p_holm is None else f", Holm {_p(p_adj)}")
     test = "" if cmp.test == "paired" else ", Welch"
-    return f"{head}, {verdict} ({p}, n={cmp.n}{test})"
+    mde = cmp.mde
+    tail = f"; MDE {mde * scale:.{digits}f} {unit}".rstrip() if np.isfinite(mde) else ""
+    return f"{head}, {verdict} ({ps}, n={cmp.n}{test}{tail})"
 
 
 def format_mean_ci(ci: MeanCI, scale: float = 100.0, digits: int = 1) -> str:

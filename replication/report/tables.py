@@ -3,7 +3,13 @@
 The papers' main tables (VIP Table 1, DynaMO's README tables, GDRO Table 1) list one number per
 method and benchmark; ours list mean ± 95 % CI over seeds per held-out set, the mean over sets
 ("average") and the pooled set ("pooled", GDRO's pooled pass@k), and a paired test against a
-named baseline arm (stats.compare).
+named baseline arm (stats.compare). Sets named ``*-indist`` (in-distribution: their problems are
+in the train pool) are shown under that name and never enter "average" / "pooled".
+
+Multiplicity: every comparison row carries its raw p and the Holm-adjusted p over the family
+(``add_holm``: all rows of one paper's comparison table), its minimum detectable effect
+(``mde``, stats.minimum_detectable_effect) and ``significant_holm``; the text's verdict follows
+the Holm p.
 """
 
 from __future__ import annotations
@@ -14,7 +20,9 @@ from pathlib import Path
 
 import pandas as pd
 
-from replication.report.stats import MeanCI, compare, describe, format_mean_ci, mean_ci
+import numpy as np
+
+from replication.report.stats import Comparison, MeanCI, compare, describe, format_mean_ci, holm, mean_ci
 
 SUMMARY_SETS = ("average", "pooled")
 _AT_K = re.compile(r"^(mean|pass)@(\d+)$")
@@ -101,10 +109,30 @@ def compare_to_baseline(eval_df: pd.DataFrame, baseline: str, phase: str = "afte
                     "arm": arm, "baseline": baseline, "set": s, "metric": m,
                     "baseline_mean": c.baseline_mean, "method_mean": c.method_mean, "diff": c.diff,
                     "lo": c.lo, "hi": c.hi, "relative": c.relative, "p": c.p, "n": c.n,
-                    "test": c.test, "significant": c.significant,
-                    "text": describe(c, scale=scale, unit="pts" if scale == 100.0 else ""),
+                    "test": c.test, "significant": c.significant, "se": c.se, "df": c.df, "mde": c.mde,
                 })
-    return pd.DataFrame(rows)
+    return add_holm(pd.DataFrame(rows), scale=scale)
+
+
+def _row_comparison(r) -> Comparison:
+    return Comparison(r.diff, r.lo, r.hi, r.p, int(r.n), r.test, r.method_mean, r.baseline_mean,
+                      0.95, r.se, r.df)
+
+
+def add_holm(cmp: pd.DataFrame, scale: float = 100.0) -> pd.DataFrame:
+    """Holm-adjust every row's p over the whole frame (one paper's family of tests): adds
+    ``p_holm``, ``significant_holm``, ``family_size`` and rewrites ``text`` with both p-values
+    and the minimum detectable effect."""
+    if cmp.empty:
+        return cmp
+    out = cmp.copy()
+    out["p_holm"] = holm(out["p"])
+    out["significant_holm"] = np.isfinite(out["p_holm"]) & (out["p_holm"] < 0.05)
+    out["family_size"] = int(np.isfinite(out["p"].to_numpy(dtype=float)).sum())
+    unit = "pts" if scale == 100.0 else ""
+    out["text"] = [describe(_row_comparison(r), scale=scale, unit=unit, p_holm=r.p_holm)
+                   for r in out.itertuples()]
+    return out
 
 
 def to_markdown(df: pd.DataFrame, floatfmt: str = ".3g") -> str:
@@ -138,6 +166,9 @@ def write_summary_json(cmp: pd.DataFrame, path: str | Path, *, profile: str, see
         "method_mean": float(r.method_mean), "baseline_mean": float(r.baseline_mean), "diff": float(r.diff),
         "ci_low": float(r.lo), "ci_high": float(r.hi), "p_value": float(r.p), "n": int(r.n),
         "test": r.test, "significant": bool(r.significant),
+        "p_holm": float(getattr(r, "p_holm", np.nan)),
+        "significant_holm": bool(getattr(r, "significant_holm", False)),
+        "mde": float(getattr(r, "mde", np.nan)),
     } for r in part.itertuples()]
     out = {"profile": profile, "seeds": [int(s) for s in seeds], "comparisons": comps}
     path = Path(path)

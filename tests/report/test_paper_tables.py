@@ -70,24 +70,45 @@ def _eval_frame(baseline_vals, method_vals, set_name="average", metric="pass@8")
 def test_paper_vs_ours_arithmetic():
     ev = _eval_frame([0.20, 0.22, 0.24], [0.25, 0.26, 0.30])
     out = paper_vs_ours("vip", ev, {"RLOO": "base", "RLOO+VIP": "ours"})
-    r = out[(out.benchmark == "AIME24") & (out.metric == "Pass@32")].iloc[0]
-    assert r.our_metric == "pass@8"
-    assert r.our_baseline == pytest.approx(22.0) and r.our_method == pytest.approx(27.0)
-    assert r.our_abs == pytest.approx(5.0)
-    assert r.our_rel_pct == pytest.approx(100 * (0.27 / 0.22 - 1))
-    assert r.our_abs_lo < 5.0 < r.our_abs_hi
-    assert r.our_rel_lo == pytest.approx(r.our_abs_lo / 22.0 * 100)
-    assert r.label == "small-scale analogue"
-    m = out[out.metric == "Mean@32"].iloc[0]
-    assert m.our_metric == "mean@8" and m.our_abs == pytest.approx(2.5)
+    r = out[out.metric == "Mean@32"].iloc[0]
+    assert r.analogue == "paired" and r.our_metric == "mean@8"
+    assert r.our_baseline == pytest.approx(11.0) and r.our_method == pytest.approx(13.5)
+    assert r.our_abs == pytest.approx(2.5)
+    assert r.our_rel_pct == pytest.approx(100 * (0.135 / 0.11 - 1))
+    assert r.our_abs_lo < 2.5 < r.our_abs_hi
+    assert r.our_rel_lo == pytest.approx(r.our_abs_lo / 11.0 * 100)
+    assert r.label == "small-scale analogue" and r.p_holm == pytest.approx(r.p)  # family: this table's one row
+    # VIP's "Pass@32" is a bootstrapped best@32: never paired with our unbiased pass@k, and the
+    # one average of ours is not reused for AIME25.
+    for bench in ("AIME24", "AIME25"):
+        p = out[(out.benchmark == bench) & (out.metric == "Pass@32")].iloc[0]
+        assert p.analogue.startswith("no analogue") and "bootstrapped best@32" in p.analogue
+        assert np.isnan(p.our_abs)
+    assert (out["analogue"] == "paired").sum() == 1
     shown = format_paper_vs_ours(out)
-    assert shown["comparison"].iloc[0] == "RLOO → RLOO+VIP" and "→" in shown["ours"].iloc[0]
+    assert shown["comparison"].iloc[0] == "RLOO → RLOO+VIP"
+    assert set(shown["ours"]) == {"no analogue", next(x for x in shown["ours"] if "→" in x)}
 
 
 def test_paper_vs_ours_skips_unmapped_methods_and_needs_baseline():
     ev = pd.concat([_eval_frame([0.2, 0.3], [0.3, 0.4]), _eval_frame([0.2, 0.3], [0.3, 0.4], "pooled")])
     out = paper_vs_ours("gdro", ev, {"GRPO": "base", "Rollout-GDRO": "ours"})
-    assert set(out["method"]) == {"Rollout-GDRO"} and set(out["our_set"]) == {"average", "pooled"}
+    assert set(out["method"]) == {"Rollout-GDRO"} and set(out["our_set"].dropna()) == {"average", "pooled"}
+    # one measurement of ours per paper row: only the 1.7B rows are paired, 4B / 8B say why not
+    paired = out[out["analogue"] == "paired"]
+    assert set(paired["model"]) == {"Qwen3-1.7B-Base"} and len(paired) == 2
+    assert out[out["model"] != "Qwen3-1.7B-Base"]["analogue"].str.contains("1.7B-Base row only").all()
+
+
+def test_pass_at_k_pairs_only_with_the_same_k():
+    ev = _eval_frame([0.2, 0.3], [0.3, 0.4], "average", "pass@8")
+    ev["metric"] = ev["metric"].str.replace("@8", "@8")
+    dyn = paper_vs_ours("dynamo", pd.concat([ev, ev.assign(metric="pass@1")]), {"GRPO": "base", "DynaMO": "ours"})
+    p32 = dyn[(dyn.model == "Qwen2.5-Math-1.5B") & (dyn.metric == "P@32")].iloc[0]
+    assert "k = 32" in p32.analogue and "k = 8" in p32.analogue
+    p1 = dyn[(dyn.model == "Qwen2.5-Math-1.5B") & (dyn.metric == "P@1")].iloc[0]
+    assert p1.analogue == "paired" and p1.our_metric == "pass@1"
+    assert (dyn[dyn.model == "Qwen2.5-Math-7B"]["analogue"] != "paired").all()
     with pytest.raises(ValueError, match="baseline"):
         paper_vs_ours("gdro", ev, {"Rollout-GDRO": "ours"})
 
@@ -97,3 +118,5 @@ def test_overhead_vs_paper():
     t = overhead_vs_paper(runs)
     assert t[t.what == "vip"]["share_pct"].iloc[0] == pytest.approx(1.5)
     assert set(t[t.source == "VIP paper"]["share_pct"]) == {1.12, 0.83}
+    assert set(t[t.source == "GDRO paper"]["seconds_per_step"]) == {0.043, 0.355, 0.446}
+    assert "GDRO paper" not in set(overhead_vs_paper(runs, paper="vip")["source"])

@@ -72,4 +72,28 @@ def test_describe_phrase():
     assert describe(c) == "+2.1 pts [\u22120.5, 4.7], not significant (p=0.11, n=3)"
     s = Comparison(0.05, 0.02, 0.08, 0.0004, 5, "welch", 0.5, 0.45)
     assert describe(s) == "+5.0 pts [2.0, 8.0], significant (p<0.001, n=5, Welch)"
-    assert "no test" in describe(compare([0.5], [0.4]))
+    assert describe(compare([0.5], [0.4])) == "+10.0 pts, one seed, no CI"
+
+
+def test_holm_adjustment_by_hand_and_nan_kept():
+    from replication.report.stats import holm
+
+    adj = holm([0.01, 0.04, float("nan"), 0.03])
+    # sorted 0.01, 0.03, 0.04 with m = 3: 0.03, 0.06, 0.06 (monotone), NaN untouched
+    assert adj[0] == pytest.approx(0.03) and adj[3] == pytest.approx(0.06) and adj[1] == pytest.approx(0.06)
+    assert np.isnan(adj[2])
+
+
+def test_minimum_detectable_effect_formula():
+    from scipy import stats as st
+
+    from replication.report.stats import minimum_detectable_effect
+
+    a, b = [0.50, 0.55, 0.53], [0.48, 0.50, 0.52]
+    c = compare(dict(enumerate(a)), dict(enumerate(b)))
+    d = np.subtract(a, b)
+    se = d.std(ddof=1) / np.sqrt(3)
+    assert c.se == pytest.approx(se)
+    assert c.mde == pytest.approx((st.t.ppf(0.975, 2) + st.t.ppf(0.8, 2)) * se)
+    assert np.isnan(minimum_detectable_effect(float("nan"), 2))
+    assert "MDE" in describe(c) and "Holm p=0.2" in describe(c, p_holm=0.2)
