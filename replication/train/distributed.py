@@ -131,8 +131,9 @@ class World:
 
     # ---------------------------------------------------------------- collectives
     def on_main(self, fn: Callable[[], Any]) -> Any:
-        """``fn()`` on rank 0 only (e.g. checks that may clear the run folder); its result, or
-        its exception, reaches every rank, so a refused run stops all ranks with one message."""
+        """``fn()`` on rank 0 only (e.g. checks that lock or clear the run folder); its result
+        on rank 0 (None elsewhere). Its exception reaches every rank, so a refused run stops all
+        ranks with the same message (exit 2 for a ConfigError) instead of leaving them waiting."""
         if not self.distributed:
             return fn()
         result, error = None, None
@@ -141,7 +142,7 @@ class World:
                 result = fn()
             except Exception as e:  # re-raised below on every rank
                 error = e
-        result, error = self.gather((result, error))[0]
+        error = self.gather(error)[0]
         if error is not None:
             raise error
         return result

@@ -50,8 +50,11 @@ def train(
     world = World.from_env(cfg.model.device)  # one process unless launched by torchrun/accelerate
     check_world(cfg, world)  # enough prompt groups per rank; one colocated engine per rank
     # folder rules (run_folder.py): --resume needs a valid checkpoint, --overwrite to replace;
-    # every rank reads the same checkpoint, rank 0 alone locks and clears the folder
-    ckpt = prepare_run(out, to_dict(cfg), steps, resume=resume, overwrite=overwrite, main=world.is_main)
+    # rank 0 alone locks and clears the folder (its refusal stops every rank), then every rank
+    # reads the same checkpoint
+    ckpt = world.on_main(lambda: prepare_run(out, to_dict(cfg), steps, resume=resume, overwrite=overwrite))
+    if not world.is_main:
+        ckpt = prepare_run(out, to_dict(cfg), steps, resume=resume, overwrite=overwrite, main=False)
     c = build_components(cfg, world)  # validates data, allocator and model before anything is written
     if world.is_main:
         out.mkdir(parents=True, exist_ok=True)

@@ -238,6 +238,19 @@ def test_two_processes_kill9_then_resume(small_overrides, tmp_path):
 
 
 @pytest.mark.slow
+def test_two_processes_refuse_an_existing_run_folder(tmp_path):
+    """Rank 0's run-folder refusal (no --overwrite) stops both ranks before any model is loaded."""
+    out = tmp_path / "run"
+    out.mkdir()
+    (out / "metrics.json").write_text("{}")
+    p = subprocess.run(_launcher(2) + ["train", "--profile", "smoke", "--seed", "0", "--out", str(out)],
+                       env=_env(), capture_output=True, text=True, timeout=300)
+    assert p.returncode != 0
+    assert "already holds a run" in p.stderr
+    assert (out / "metrics.json").read_text() == "{}"
+
+
+@pytest.mark.slow
 def test_accelerate_launch_ddp_config(small_overrides, tmp_path):
     """``accelerate launch --config_file configs/accelerate/ddp.yaml --num_processes 2`` on a CPU
     machine starts two ranks through torchrun (RANK/WORLD_SIZE set); the trainer picks gloo."""
