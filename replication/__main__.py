@@ -163,12 +163,19 @@ def _check_args(args: argparse.Namespace) -> None:
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
-    from replication.tasks.data_errors import DataError
     from replication.train.run_folder import NonFiniteError
 
     try:
         return _main(args)
-    except (ConfigError, DataError) as e:
+    except ConfigError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    except ValueError as e:
+        # a DataError (bad dataset file) — looked up lazily: importing replication.tasks here
+        # would load the task generators for every command
+        data = sys.modules.get("replication.tasks.data_errors")
+        if data is None or not isinstance(e, data.DataError):
+            raise
         print(f"error: {e}", file=sys.stderr)
         return 2
     except NonFiniteError as e:
