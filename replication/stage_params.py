@@ -62,7 +62,7 @@ def validate_section(params: dict, section: str, path: str | Path = "params.yaml
     arms = sec.get("arms")
     if not isinstance(arms, dict) or not arms:
         raise ConfigError(f"{path}: {section}.arms: must be a non-empty mapping of arm name → overrides")
-    from replication.orchestration.grid import _slug
+    from replication.orchestration.arms import _slug
 
     slugs: dict[str, str] = {}
     for name, over in arms.items():
@@ -98,7 +98,7 @@ def validate_section(params: dict, section: str, path: str | Path = "params.yaml
     if steps is not None and (isinstance(steps, bool) or not isinstance(steps, int) or steps < 1):
         raise ConfigError(f"{path}: {section}.steps: must be null or an integer >= 1, got {steps!r}")
     # resolve every run of the grid exactly as run_grid will
-    from replication.orchestration.grid import select_arms
+    from replication.orchestration.arms import select_arms
 
     picked, picked_seeds = select_arms({**sec, "profile": profile, "workers": params.get("workers", 2)})
     for arm in picked:

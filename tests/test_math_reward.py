@@ -26,6 +26,9 @@ needs_math_verify = pytest.mark.skipif(
 
 LIMIT = 0.5  # per-sample limit of the hostile tests
 SLACK = 8.0  # worker restart + math-verify import on a busy 2-core machine
+# Tests that also score a LEGITIMATE answer with the same verifier use a longer limit: sympy's
+# first parse in a fresh worker overran 0.5 s on a loaded 2-core machine and scored 1/2 = 0.5 wrong.
+MIXED_LIMIT = 3.0
 
 
 @pytest.fixture(scope="module")
@@ -183,7 +186,7 @@ def test_hostile_output_is_bounded_in_time(strict, name):
 @needs_math_verify
 def test_hostile_answers_reach_the_worker_and_get_killed():
     # with no length cut-off the deep expressions really run in math-verify; the kill bounds them
-    cfg = MathRewardConfig(time_limit_s=LIMIT, max_answer_chars=10**7)
+    cfg = MathRewardConfig(time_limit_s=MIXED_LIMIT, max_answer_chars=10**7)
     with MathVerifier(cfg) as v:
         texts = [HOSTILE[k][0] for k in ("power tower 9^9^9^9", "frac nested 1000 deep",
                                          "deeply nested braces")]
@@ -191,7 +194,7 @@ def test_hostile_answers_reach_the_worker_and_get_killed():
         ok = v.is_correct(texts, ["2", "0", "1"])
         elapsed = time.monotonic() - start
         assert ok.tolist() == [False] * 3
-        assert elapsed < 3 * (LIMIT + SLACK)
+        assert elapsed < 3 * (MIXED_LIMIT + SLACK)
         assert v.stats["worker"] == 3
         # still serving correct answers after the kills
         assert v.is_correct(["\\boxed{\\frac{1}{2}}"], ["0.5"]).tolist() == [True]
@@ -207,14 +210,14 @@ def test_long_output_with_the_answer_at_the_end_is_fast(strict):
 
 @needs_math_verify
 def test_parallel_workers_bound_a_hostile_batch():
-    cfg = MathRewardConfig(time_limit_s=LIMIT, num_workers=2)
+    cfg = MathRewardConfig(time_limit_s=MIXED_LIMIT, num_workers=2)
     with MathVerifier(cfg) as v:
         texts = ["\\boxed{10^{10^{10}}}", "\\boxed{9^{9^{9^{9}}}}", "\\boxed{\\frac{6}{8}}",
                  "\\boxed{100000000!}"]
         start = time.monotonic()
         ok = v.is_correct(texts, ["1", "2", "0.75", "3"])
         assert ok.tolist() == [False, False, True, False]
-        assert time.monotonic() - start < 4 * (LIMIT + SLACK)
+        assert time.monotonic() - start < 4 * (MIXED_LIMIT + SLACK)
 
 
 @needs_math_verify

@@ -11,27 +11,16 @@ The returned ``PaperRun`` (``replication.report.pipeline``) holds the tidy frame
 from __future__ import annotations
 
 import concurrent.futures as cf
-import dataclasses
 from pathlib import Path
 from typing import Any
 
 import pandas as pd
 from tqdm.auto import tqdm
 
-from replication.config import ConfigError
 from replication.interrupts import RunGuard
+from replication.orchestration.arms import QUICK_PROFILE, Arm, _slug, select_arms  # noqa: F401 (re-exported)
 from replication.orchestration.run_cache import DEFAULT_CACHE, cached_run, ensure_run, export_run, exported_key, run_key
 from replication.report.pipeline import PaperRun, load_paper_run
-
-QUICK_PROFILE = "quick"
-
-
-@dataclasses.dataclass(frozen=True)
-class Arm:
-    name: str
-    """Display name, e.g. 'RLOO+VIP'."""
-    overrides: dict
-    """Config overrides with dotted keys, e.g. {'allocator.name': 'vip', 'rl.estimator': 'rloo'}."""
 
 
 def run_grid(
@@ -93,10 +82,6 @@ def run_grid(
     return pd.DataFrame(rows).sort_values(["arm", "seed"], key=lambda c: c.map(order) if c.name == "arm" else c).reset_index(drop=True)
 
 
-def _slug(name: str) -> str:
-    return "".join(ch if ch.isalnum() or ch in "-_" else "_" for ch in name).strip("_")
-
-
 # ----------------------------------------------------------------------------- params.yaml
 
 
@@ -111,28 +96,6 @@ def load_section(section: str, params_file: str | Path = "params.yaml") -> dict[
     sec["profile"] = params.get("profile", "default")
     sec["workers"] = int(params.get("workers", 2))
     return sec
-
-
-def select_arms(sec: dict, overrides: dict | None = None, seeds: list[int] | None = None,
-                arms: list[str] | None = None) -> tuple[list[Arm], list[int]]:
-    """Arms (base overrides + the arm's own + ``overrides``) and seeds; the quick profile keeps
-    one seed and the section's ``main`` arms; otherwise the section's ``run`` arms (all ``arms`` when
-    ``run`` is absent or null). ``seeds``/``arms`` replace the section's choice."""
-    names = list(sec.get("run") or sec["arms"])  # `run`: the arms a default run trains
-    chosen = [int(s) for s in sec["seeds"]]
-    if sec["profile"] == QUICK_PROFILE:
-        names = [n for n in names if n in set(sec.get("main", names))]
-        chosen = chosen[:1]
-    if arms is not None:
-        unknown = [a for a in arms if a not in sec["arms"]]
-        if unknown:
-            raise ConfigError(f"arms: unknown arm {unknown[0]!r}; known: {list(sec['arms'])}")
-        names = list(arms)
-    if seeds is not None:
-        chosen = [int(s) for s in seeds]
-    base = dict(sec.get("base") or {})
-    extra = dict(overrides or {})
-    return [Arm(n, {**base, **(sec["arms"][n] or {}), **extra}) for n in names], chosen
 
 
 def run_paper(section: str, params_file: str | Path = "params.yaml", out_root: str | Path = "results",

@@ -1,0 +1,45 @@
+"""A paper's arms: names, their config overrides, and which of them (and which seeds) a run
+trains. Shared by the grid (``orchestration.grid``) and the stage validator
+(``replication.stage_params``), so neither imports the other."""
+
+from __future__ import annotations
+
+import dataclasses
+
+from replication.config import ConfigError
+
+QUICK_PROFILE = "quick"
+
+
+@dataclasses.dataclass(frozen=True)
+class Arm:
+    name: str
+    """Display name, e.g. 'RLOO+VIP'."""
+    overrides: dict
+    """Config overrides with dotted keys, e.g. {'allocator.name': 'vip', 'rl.estimator': 'rloo'}."""
+
+
+def _slug(name: str) -> str:
+    return "".join(ch if ch.isalnum() or ch in "-_" else "_" for ch in name).strip("_")
+
+
+def select_arms(sec: dict, overrides: dict | None = None, seeds: list[int] | None = None,
+                arms: list[str] | None = None) -> tuple[list[Arm], list[int]]:
+    """Arms (base overrides + the arm's own + ``overrides``) and seeds; the quick profile keeps
+    one seed and the section's ``main`` arms; otherwise the section's ``run`` arms (all ``arms`` when
+    ``run`` is absent or null). ``seeds``/``arms`` replace the section's choice."""
+    names = list(sec.get("run") or sec["arms"])  # `run`: the arms a default run trains
+    chosen = [int(s) for s in sec["seeds"]]
+    if sec["profile"] == QUICK_PROFILE:
+        names = [n for n in names if n in set(sec.get("main", names))]
+        chosen = chosen[:1]
+    if arms is not None:
+        unknown = [a for a in arms if a not in sec["arms"]]
+        if unknown:
+            raise ConfigError(f"arms: unknown arm {unknown[0]!r}; known: {list(sec['arms'])}")
+        names = list(arms)
+    if seeds is not None:
+        chosen = [int(s) for s in seeds]
+    base = dict(sec.get("base") or {})
+    extra = dict(overrides or {})
+    return [Arm(n, {**base, **(sec["arms"][n] or {}), **extra}) for n in names], chosen
