@@ -80,6 +80,13 @@ wse_table = pd.concat(wse_frames, ignore_index=True) if wse_frames else pd.DataF
 display(wse_table)
 
 # %% [markdown]
+# ## Overhead: allocator plan + observe and Prompt-GDRO weights + observe, beside the paper's per-step table
+
+# %%
+overhead = paper_tables.overhead_vs_paper(runs, paper="gdro")
+display(overhead)
+
+# %% [markdown]
 # ## Rollout share per difficulty bin over time, and Prompt-GDRO weight mass per bin
 
 # %%
@@ -142,7 +149,7 @@ issue10 = diagnostics.mechanism_report(pr, "GRPO", prompt_gdro="Prompt-GDRO", ro
 # ## Conclusion (generated from the numbers above)
 
 # %%
-extra = {"wse": wse_table}
+extra = {"wse": wse_table, "overhead": overhead}
 tables.write_tables({"heldout_after": table, "heldout_before": before, "comparisons": cmp,
                      "paper_vs_ours": pvo, "allocation_lab": lab_summary, **extra}, pr.tables)
 tables.write_summary_json(cmp, pr.out / "summary.json", profile=pr.profile, seeds=pr.seeds)

@@ -90,7 +90,7 @@ plots.allocation_curve(vip_rec, pr.figures / "allocation_curve.png");
 # ## Overhead: allocator time (plan + GP update) as a share of step time
 
 # %%
-overhead = paper_tables.overhead_vs_paper(runs)
+overhead = paper_tables.overhead_vs_paper(runs, paper="vip")
 display(overhead)
 
 # %% [markdown]
