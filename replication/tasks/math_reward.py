@@ -194,39 +194,18 @@ def _verify_in_worker(pred: str, gold: str, whole_text: bool) -> bool:
     return bool(verify(gold_parsed, target, timeout_seconds=None))
 
 
-def _die_with_parent(parent_pid: int) -> None:
-    """Exit when the parent dies, even in the middle of a long C call: Linux delivers SIGKILL on
-    the parent's death (PR_SET_PDEATHSIG, via ctypes); a watchdog thread polling the parent pid
-    covers other systems (and a parent that died before prctl ran). The idle case is also covered
-    by stdin reaching EOF. (PDEATHSIG fires when the *thread* that started the worker exits; the
-    verifier then sees a dead worker, replaces it and retries the sample.)"""
-    if sys.platform.startswith("linux"):
-        try:
-            import ctypes
-            import signal
-
-            ctypes.CDLL(None, use_errno=True).prctl(1, int(signal.SIGKILL), 0, 0, 0)  # 1 = PR_SET_PDEATHSIG
-        except (OSError, AttributeError):
-            pass
-    if os.getppid() != parent_pid:
-        os._exit(0)
-
-    def watch() -> None:
-        while True:
-            time.sleep(1.0)
-            if os.getppid() != parent_pid:
-                os._exit(0)
-
-    threading.Thread(target=watch, daemon=True, name="parent-watchdog").start()
-
-
 def _serve_stdio(memory_mb: int, parent_pid: int = 0) -> None:
     """Worker main: answer (job, pred, gold, whole_text) requests on stdin with (job, ok).
 
     The protocol uses the original stdout descriptor; fd 1 is pointed at stderr so that stray
     prints from sympy cannot corrupt it."""
     if parent_pid:
-        _die_with_parent(parent_pid)
+        # PDEATHSIG fires when the *thread* that started the worker exits; the verifier then sees
+        # a dead worker, replaces it and retries the sample. The idle case is also covered by
+        # stdin reaching EOF.
+        from replication.interrupts import die_with_parent
+
+        die_with_parent(parent_pid)
     proto_out = os.dup(1)
     os.dup2(2, 1)
     reader = Connection(0, writable=False)
@@ -309,7 +288,7 @@ class MathVerifier:
     """Scores completions against reference answers; safe on hostile model outputs.
 
     Thread-safe (one lock around a batch). ``close()`` (or a ``with`` block) stops the workers;
-    they also exit when this process dies, busy or idle (``_die_with_parent``). Dead workers are
+    they also exit when this process dies, busy or idle (``replication.interrupts.die_with_parent``). Dead workers are
     replaced at any time and their sample retried once (``_after_death``).
     """
 
