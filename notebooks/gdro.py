@@ -146,13 +146,29 @@ from replication.report import diagnostics
 issue10 = diagnostics.mechanism_report(pr, "GRPO", prompt_gdro="Prompt-GDRO", rollout_gdro="Rollout-GDRO")
 
 # %% [markdown]
+# ## Does Prompt-GDRO's loss give its adversary a signal? (issue 10)
+#
+# The paper's prompt loss is exactly 0 at ratio 1 with group-centred advantages and for
+# all-equal groups at any ratio (tests/rl/test_ppo.py); only the drift across PPO mini-batches
+# remains. The table measures how large that signal is beside the score spread ln(1.2)/η that a
+# max/min weight of 1.2 needs, for the paper's arm and the official code's (q mean 1 + the focus
+# schedule of its `hardf` run case; docs/fidelity/gdro.md #11).
+
+# %%
+from replication.report import gdro_signal
+signal_df = gdro_signal.signal_table(pr.prompts, ["Prompt-GDRO", "Prompt-GDRO-code"])
+display(signal_df)
+print(gdro_signal.signal_conclusion(signal_df))
+
+# %% [markdown]
 # ## Conclusion (generated from the numbers above)
 
 # %%
-extra = {"wse": wse_table, "overhead": overhead}
+extra = {"wse": wse_table, "overhead": overhead, "prompt_gdro_signal": signal_df}
 tables.write_tables({"heldout_after": table, "heldout_before": before, "comparisons": cmp,
                      "paper_vs_ours": pvo, "allocation_lab": lab_summary, **extra}, pr.tables)
 tables.write_summary_json(cmp, pr.out / "summary.json", profile=pr.profile, seeds=pr.seeds)
-text = conclusions.conclusions(comparisons=cmp, runs=runs, lab=lab_summary, paper=pvo, wse=wse_table)
+text = conclusions.conclusions(comparisons=cmp, runs=runs, lab=lab_summary, paper=pvo, wse=wse_table,
+                               gdro_signal=signal_df)
 (pr.out / "conclusions.md").write_text(text)
 display(Markdown(text))

@@ -72,7 +72,7 @@ display(paper_tables.format_paper_vs_ours(pvo))
 
 # %%
 from replication.report import predictor_study
-texts = pipeline.prompt_texts(pr.profile)
+texts = pipeline.prompt_texts(pr.profile, overrides)
 rec = pipeline.runs_of(pr, "RLOO")
 replay = predictor_study.replay_predictors(rec[rec["seed"] == pr.seeds[0]], texts)
 pred_summary = predictor_study.mae_summary(replay)

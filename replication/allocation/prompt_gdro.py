@@ -81,8 +81,26 @@ class PromptGDROConfig:
     mode: str = "omega"
     """'omega': w_i = min(ω_b(i), ω_max), unnormalised (paper). 'q_mean1': q rescaled to mean 1
     over the batch's rollout rows, then capped (official code)."""
+    focus_map: dict[int, float] | None = None
+    """Official code only (``passk_focus_map`` of its ``hardf``/``softf`` run cases; not in the
+    paper): a hand-set multiplier per bin, applied to the weights after the cap. It is where the
+    code's scripts get weights that depart from uniform at all, since the loss signal is ≈ 0 by
+    construction (docs/fidelity/gdro.md #11). E.g. {0: 0.0, 9: 0.0} drops the bins of pass rate
+    < 0.1 and ≥ 0.9 once ramped in. None = off (paper)."""
+    focus_warmup_steps: int = 0
+    """Steps (observed updates) before the focus map acts (code's hardf/softf: 50 of 1000)."""
+    focus_ramp_steps: int = 0
+    """Steps over which the focus multiplier moves linearly from 1 to its target after the
+    warm-up; 0 = at once (code's hardf/softf: 200 of 1000)."""
 
     def __post_init__(self) -> None:
+        if self.focus_map is not None:
+            if not isinstance(self.focus_map, Mapping):
+                raise ValueError(f"focus_map must be a mapping bin -> multiplier, got {self.focus_map!r}")
+            try:
+                self.focus_map = {int(k): float(v) for k, v in self.focus_map.items()}
+            except (TypeError, ValueError):
+                raise ValueError(f"focus_map must map integer bins to numbers, got {self.focus_map!r}") from None
         self.validate()
 
     def validate(self) -> None:
@@ -106,6 +124,15 @@ class PromptGDROConfig:
             raise ValueError(f"first_score must be 'ema' or 'first_value', got {self.first_score!r}")
         if self.mode not in WEIGHT_MODES:
             raise ValueError(f"mode must be one of {WEIGHT_MODES}, got {self.mode!r}")
+        for name in ("focus_warmup_steps", "focus_ramp_steps"):
+            v = getattr(self, name)
+            if isinstance(v, bool) or int(v) != v or v < 0:
+                raise ValueError(f"{name} must be an integer >= 0, got {v!r}")
+        for b, m in (self.focus_map or {}).items():
+            if not 0 <= b < int(self.n_bins):
+                raise ValueError(f"focus_map bin {b} is outside [0, {int(self.n_bins) - 1}]")
+            if not (math.isfinite(m) and m >= 0):
+                raise ValueError(f"focus_map multiplier of bin {b} must be finite and >= 0, got {m!r}")
 
 
 @PROMPT_WEIGHTS.register("gdro")
@@ -162,10 +189,25 @@ class PromptGDRO:
             if rows <= 0:
                 raise ValueError("q_mean1 mode needs at least one rollout row (counts sum to 0)")
             w = np.minimum(q * rows / float((n * q).sum()), cap)
+        w = w * self.focus()[b]
         mass = np.bincount(b, weights=w * n, minlength=self.n_bins)
         total = mass.sum()
         self._last_mass = mass / total if total > 0 else np.full(self.n_bins, np.nan)
         return w
+
+    def focus(self) -> np.ndarray:
+        """Per-bin multiplier of the official code's focus schedule at the current step (all 1
+        without ``focus_map``): 1 up to ``focus_warmup_steps`` observed steps, then linear to the
+        target over ``focus_ramp_steps``."""
+        scale = np.ones(self.n_bins)
+        cfg = self.config
+        if not cfg.focus_map or self.steps <= int(cfg.focus_warmup_steps):
+            return scale
+        ramp = int(cfg.focus_ramp_steps)
+        t = 1.0 if ramp == 0 else min(1.0, (self.steps - int(cfg.focus_warmup_steps)) / ramp)
+        for b, target in cfg.focus_map.items():
+            scale[b] = 1.0 + t * (target - 1.0)
+        return scale
 
     def bin_mass(self) -> np.ndarray:
         """Share of the total advantage-weight mass (Σ over rows of w) per bin in the last
@@ -227,7 +269,7 @@ class PromptGDRO:
         }
 
     def load_state_dict(self, state: Mapping[str, Any]) -> None:
-        if dict(state["config"]) != dataclasses.asdict(self.config):
+        if dataclasses.asdict(PromptGDROConfig(**state["config"])) != dataclasses.asdict(self.config):
             raise ValueError("PromptGDRO state was saved under a different PromptGDROConfig")
         self.scores = np.asarray(state["scores"], dtype=np.float64).copy()
         self.steps = int(state["steps"])

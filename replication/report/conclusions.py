@@ -15,6 +15,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+from replication.report.gdro_signal import signal_conclusion
 from replication.report.paper_tables import LABEL, load_paper_table
 
 
@@ -214,7 +215,7 @@ def _predictor_from_tables(comparisons: pd.DataFrame | None) -> pd.DataFrame | N
 def conclusions(*, comparisons: pd.DataFrame | None = None, runs: pd.DataFrame | None = None,
                 lab: pd.DataFrame | None = None, paper: pd.DataFrame | None = None,
                 wse: pd.DataFrame | None = None, predictor: pd.DataFrame | None = None,
-                set_name: str = "average") -> str:
+                gdro_signal: pd.DataFrame | None = None, set_name: str = "average") -> str:
     """All available paragraphs, Markdown, in a fixed order. For VIP the predictor study is
     included (``predictor``, or read from the paper's tables folder when not given)."""
     if predictor is None:
@@ -226,6 +227,8 @@ def conclusions(*, comparisons: pd.DataFrame | None = None, runs: pd.DataFrame |
         out.append(paper_conclusion(paper))
     if wse is not None:
         out.append(wse_conclusion(wse))
+    if gdro_signal is not None and not gdro_signal.empty:
+        out.append(signal_conclusion(gdro_signal))
     if runs is not None:
         out.append(overhead_conclusion(runs))
     if predictor is not None:

@@ -74,12 +74,13 @@ def comparisons(pr: PaperRun, phase: str = "after") -> pd.DataFrame:
     return out
 
 
-def prompt_texts(profile: str) -> dict:
-    """Prompt id → text of the profile's train pool (the runs log ids only)."""
+def prompt_texts(profile: str, overrides: dict | None = None) -> dict:
+    """Prompt id → text of the train pool of ``profile`` with the notebook's ``overrides`` (a
+    changed task option changes the pool; the runs log ids only)."""
     from replication.config import load_profile
     from replication.tasks.data import build_data
 
-    data = build_data(load_profile(profile))
+    data = build_data(load_profile(profile, overrides))
     return dict(zip(data.train.ids, data.train.texts))
 
 

@@ -160,3 +160,46 @@ def test_official_code_options_first_value_no_clip_present_bin_exploration():
     assert q.tolist() == pytest.approx([0.8 / 4 + 0.1, 0.8 / 4 + 0.1, 0.2, 0.2])
     with pytest.raises(ValueError, match="exploration"):
         PromptGDRO(exploration="nope")
+
+
+def test_focus_map_official_code_schedule_by_hand():
+    """The code's hardf/softf focus schedule: multiplier 1 through the warm-up, then linear to the
+    target over the ramp, applied after the cap; bins outside the map keep their weight."""
+    pg = PromptGDRO(n_bins=3, focus_map={"0": 0.0, 2: 0.5}, focus_warmup_steps=2, focus_ramp_steps=4)
+    assert pg.config.focus_map == {0: 0.0, 2: 0.5}  # YAML/JSON string keys normalised
+    seen = []
+    for _ in range(8):
+        seen.append(pg.weights(["a", "b", "c"], [0, 1, 2], [4, 4, 4]).tolist())
+        pg.observe(["a", "b", "c"], [0, 1, 2], [0.0, 0.0, 0.0])
+    # steps observed before each call: 0, 1, 2 -> warm-up; 3..6 -> t = 1/4 .. 1; 7 -> 1
+    assert seen[0] == seen[2] == [1.0, 1.0, 1.0]
+    assert seen[3] == pytest.approx([0.75, 1.0, 1 - 0.25 * 0.5])
+    assert seen[5] == pytest.approx([0.25, 1.0, 1 - 0.75 * 0.5])
+    assert seen[6] == seen[7] == pytest.approx([0.0, 1.0, 0.5])
+    assert pg.bin_mass().tolist() == pytest.approx([0.0, 1 / 1.5, 0.5 / 1.5])
+
+
+def test_focus_map_off_by_default_and_state_round_trip_through_json():
+    assert PromptGDROConfig().focus_map is None
+    assert np.all(PromptGDRO().focus() == 1.0)
+    pg = PromptGDRO(n_bins=2, focus_map={1: 0.0}, mode="q_mean1")
+    pg.observe(["a"], [1], [0.1])
+    state = json.loads(json.dumps(pg.state_dict()))  # int keys become strings in JSON
+    other = PromptGDRO(n_bins=2, focus_map={1: 0.0}, mode="q_mean1")
+    other.load_state_dict(state)
+    assert other.weights(["a", "b"], [0, 1], [4, 4]).tolist() == pg.weights(["a", "b"], [0, 1], [4, 4]).tolist()
+    assert other.weights(["a", "b"], [0, 1], [4, 4])[1] == 0.0
+
+
+@pytest.mark.parametrize("opts, msg", [
+    (dict(focus_map={3: 0.0}), "outside"),
+    (dict(focus_map={0: -1.0}), "multiplier"),
+    (dict(focus_map={0: float("nan")}), "multiplier"),
+    (dict(focus_map={"x": 1.0}), "integer bins"),
+    (dict(focus_map=[0, 1]), "mapping"),
+    (dict(focus_warmup_steps=-1), "focus_warmup_steps"),
+    (dict(focus_ramp_steps=1.5), "focus_ramp_steps"),
+])
+def test_focus_map_bad_values_name_the_problem(opts, msg):
+    with pytest.raises(ValueError, match=msg):
+        PromptGDROConfig(n_bins=3, **opts)

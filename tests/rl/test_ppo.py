@@ -239,3 +239,32 @@ def test_logprobs_default_mask_and_gradient(tiny_llama):
     logp.sum().backward()
     assert tiny_llama.lm_head.weight.grad is not None
     tiny_llama.zero_grad()
+
+
+def test_gdro_prompt_loss_is_zero_by_construction_at_ratio_one():
+    """GDRO's per-prompt loss ℓ(x) = mean over the prompt's rollouts of the token-mean clipped
+    surrogate (issue 10, docs/fidelity/gdro.md #11). With group-centred GRPO advantages
+    Σ_i A_i = 0, so at ratio 1 every row's loss is −A_i and their mean is exactly 0, whatever
+    the lengths; an all-equal group has A = 0 and loss 0 at ANY ratio. Off ratio 1 the loss is
+    first order in the log-ratio drift: halving the drift halves it."""
+    from replication.rl.advantages import group_advantages
+
+    g = torch.Generator().manual_seed(0)
+    groups = torch.tensor([0, 0, 0, 0, 1, 1, 1, 1, 2, 2, 2, 2])
+    rewards = torch.tensor([1.0, 0, 0, 1, 1, 1, 1, 1, 0, 0, 0, 1])  # group 1 all correct
+    adv = group_advantages(rewards, groups, "grpo").float()
+    lengths = torch.tensor([3, 8, 5, 1, 4, 4, 2, 7, 6, 2, 8, 3])
+    mask = (torch.arange(8)[None, :] < lengths[:, None]).float()
+    old = -torch.rand(12, 8, generator=g) * 3
+    cfg = PPOConfig(clip_low=0.2, clip_high=0.28, dual_clip=10.0)
+
+    def prompt_losses(logp):
+        rows = ppo_clip_loss(logp, old, adv, mask, cfg).row_loss
+        return torch.stack([rows[groups == k].mean() for k in range(3)])
+
+    assert torch.allclose(prompt_losses(old.clone()), torch.zeros(3), atol=1e-7)
+    drift = torch.randn(12, 8, generator=g) * 0.02
+    small, half = prompt_losses(old + drift), prompt_losses(old + drift / 2)
+    assert small[1] == 0.0 and half[1] == 0.0  # all-equal group: no signal at any ratio
+    assert small[[0, 2]].abs().min() > 1e-4  # drift gives a (small) signal
+    assert torch.allclose(half[[0, 2]], small[[0, 2]] / 2, rtol=0.05)  # first order in the drift

@@ -1,0 +1,109 @@
+"""Does Prompt-GDRO's loss give its adversary a signal? (issue 10 point 1; docs/fidelity/gdro.md #11)
+
+Analytically. The paper's prompt loss is ℓ(x) = mean over x's rollouts of the token-mean clipped
+surrogate. With group-centred advantages (GRPO: Σ_i A_i = 0 within a group) every row's surrogate
+at ratio 1 is −A_i, so ℓ(x) = −(1/n) Σ_i A_i = 0 exactly, whatever the response lengths; an
+all-equal group (A = 0) gives 0 at any ratio (tests/rl/test_ppo.py). What is left is the ratio
+drift inside one step's PPO update (mini-batches 2..M see a policy already moved), which is first
+order in the step size, plus β·KL. The weights are ω_b = exp(η S_b), so a per-step max/min of
+1.2 needs a spread of bin scores ln(1.2)/η ≈ 0.28 at η = 0.65, while S_b is an EMA (β = 0.12) of
+debiased bin means ℓ̄_b / q̂_b whose sign changes from step to step.
+
+Measured. ``signal_table`` reads the per-prompt records the trainer logs (``loss``: the signal
+as fed to the adversary; ``weight``: the weight applied) and reports, per arm, the share of
+records whose loss is exactly 0, the spread of ℓ, the size of the debiased per-step bin means,
+the spread of the replayed scores S_b, and the median per-step max/min weight beside the 1.2
+target. ``signal_conclusion`` states the finding in words.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pandas as pd
+
+from replication.allocation.prompt_gdro import PromptGDRO, PromptGDROConfig
+
+
+def _debiased_bin_means(run: pd.DataFrame, share_floor: float) -> pd.DataFrame:
+    size = run.groupby("step")["prompt_id"].transform("size")
+    g = run.assign(_size=size).groupby(["step", "bin"])
+    out = g.agg(mean_loss=("loss", "mean"), n=("loss", "size"), total=("_size", "first")).reset_index()
+    out["debiased"] = out["mean_loss"] / np.maximum(out["n"] / out["total"], share_floor)
+    return out
+
+
+def _replayed_score_spread(run: pd.DataFrame, config: PromptGDROConfig) -> np.ndarray:
+    """max_b S_b − min_b S_b over the bins observed so far, after each step, replaying the
+    logged (bins, losses) through PromptGDRO with ``config``."""
+    pg = PromptGDRO(config=config)
+    spread = []
+    for _, grp in run.groupby("step", sort=True):
+        pg.observe(grp["prompt_id"].tolist(), grp["bin"].to_numpy(np.int64), grp["loss"].to_numpy(np.float64))
+        s = pg.scores[pg.observed]
+        spread.append(float(s.max() - s.min()) if s.size else 0.0)
+    return np.asarray(spread)
+
+
+def signal_table(prompts: pd.DataFrame, arms: list[str], *, target_ratio: float = 1.2,
+                 config: PromptGDROConfig | None = None) -> pd.DataFrame:
+    """One row per arm (pooled over seeds) that logged per-prompt ``loss`` and ``bin``.
+
+    Columns: arm, records, loss_zero_share, loss_sd, loss_abs_p99, bin_mean_abs_median,
+    bin_mean_abs_p99, score_spread_median, score_spread_needed, weight_ratio_median."""
+    config = config or PromptGDROConfig()
+    needed = math.log(target_ratio) / float(config.eta)
+    rows = []
+    for arm in arms:
+        p = prompts[prompts["arm"] == arm]
+        if p.empty or "loss" not in p or "bin" not in p or p["bin"].isna().all():
+            continue
+        p = p.dropna(subset=["loss", "bin"]).astype({"bin": np.int64})
+        bins, spreads, ratios = [], [], []
+        for _, run in p.groupby("seed", sort=True):
+            bins.append(_debiased_bin_means(run, float(config.share_floor)))
+            spreads.append(_replayed_score_spread(run, config))
+            if "weight" in run:
+                w = run.groupby("step")["weight"].agg(["max", "min"])
+                ratios.append((w["max"] / w["min"].where(w["min"] > 0)).to_numpy())
+        b = pd.concat(bins)
+        loss = p["loss"].to_numpy(np.float64)
+        ratio = np.concatenate(ratios) if ratios else np.array([np.nan])
+        rows.append({
+            "arm": arm, "records": len(p),
+            "loss_zero_share": float(np.mean(loss == 0.0)),
+            "loss_sd": float(loss.std(ddof=1)) if loss.size > 1 else np.nan,
+            "loss_abs_p99": float(np.quantile(np.abs(loss), 0.99)),
+            "bin_mean_abs_median": float(b["debiased"].abs().median()),
+            "bin_mean_abs_p99": float(b["debiased"].abs().quantile(0.99)),
+            "score_spread_median": float(np.median(np.concatenate(spreads))),
+            "score_spread_needed": needed,
+            # a zero weight (the code's focus map) makes max/min infinite
+            "weight_ratio_median": float(np.nanmedian(np.where(np.isnan(ratio), np.inf, ratio))),
+        })
+    return pd.DataFrame(rows)
+
+
+def signal_conclusion(table: pd.DataFrame, paper_arm: str = "Prompt-GDRO") -> str:
+    """The finding in words: the paper's loss gives the adversary (almost) no signal by
+    construction, measured on ``paper_arm``; other arms (e.g. the official code's focus schedule)
+    are reported beside it."""
+    if table is None or table.empty or paper_arm not in set(table["arm"]):
+        return ""
+    r = table.set_index("arm").loc[paper_arm]
+    text = (f"**Prompt-GDRO's signal (finding).** The paper's prompt loss is zero by construction at ratio 1 "
+            f"(group-centred advantages sum to 0 within a group) and for all-equal groups at any ratio; only the "
+            f"ratio drift across PPO mini-batches (first order in the step) and β·KL remain. Measured on "
+            f"{paper_arm}: {r['loss_zero_share']:.0%} of {int(r['records']):,} per-prompt losses are exactly 0, "
+            f"their sd is {r['loss_sd']:.3g}, the debiased per-step bin means have median |ℓ̄/q̂| "
+            f"{r['bin_mean_abs_median']:.3g}, and the bin scores S_b spread by a median {r['score_spread_median']:.3g} "
+            f"where a max/min weight of 1.2 needs {r['score_spread_needed']:.2f}; the median per-step max/min weight "
+            f"is {r['weight_ratio_median']:.4g}. At this scale the data adversary is switched off by its own loss, "
+            f"so its arm tests GRPO against GRPO.")
+    others = table[table["arm"] != paper_arm]
+    for _, o in others.iterrows():
+        ratio = "∞ (some weights 0)" if np.isinf(o["weight_ratio_median"]) else f"{o['weight_ratio_median']:.4g}"
+        text += (f" {o['arm']}: median per-step max/min weight {ratio}, "
+                 f"{o['loss_zero_share']:.0%} of its losses exactly 0.")
+    return text
