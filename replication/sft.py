@@ -275,15 +275,18 @@ def run_sft(cfg: SFTConfig, out_dir: str | Path, tasks: TaskMixSpec | None = Non
 
 
 def run_sft_from_profile(train_cfg: Any, out_dir: str | Path, steps: int | None = None, seed: int | None = None, progress: bool = True) -> dict:
-    """CLI entry: SFT options from the profile's ``sft:`` section, task mix from ``task.options``."""
+    """CLI entry: SFT options from the profile's ``sft:`` section; the task mix from
+    ``sft.task_options`` when given (the warm start may see a wider mix than RL trains on; the
+    default profile: docs/regime.md), else from ``task.options``."""
     from replication.config import ConfigError
 
     try:
         options = dict(train_cfg.sft)
+        task_options = options.pop("task_options", None)
         if isinstance(options.get("model"), dict):
             options["model"] = TinyModelConfig(**options["model"])
         cfg = SFTConfig(**options)
-        tasks = TaskMixSpec(**dict(train_cfg.task.options))
+        tasks = TaskMixSpec(**dict(train_cfg.task.options if task_options is None else task_options))
     except (TypeError, ValueError) as e:
         raise ConfigError(f"sft / task.options: {e}") from e
     if steps is not None:

@@ -55,3 +55,21 @@ def test_config_validation():
         SFTConfig(steps=0)
     with pytest.raises(ValueError, match="unknown task level"):
         SFTConfig(mix={"nope": 1.0})
+
+
+def test_sft_task_mix_from_sft_task_options_else_task_options(monkeypatch):
+    """The default profile RL-trains on three levels but warm-starts on the full default mix
+    (sft.task_options: {}); without sft.task_options the SFT mix is task.options (docs/regime.md)."""
+    import replication.sft as sft_mod
+    from replication.config import load_profile
+    from replication.tasks import TaskMixSpec
+
+    seen = []
+    monkeypatch.setattr(sft_mod, "run_sft", lambda cfg, out, tasks, progress=True: seen.append(tasks))
+    cfg = load_profile("default")
+    assert set(cfg.task.options["train_sizes"]) == {"add1t3", "add2", "add2t3"}
+    sft_mod.run_sft_from_profile(cfg, "unused")
+    assert seen[-1] == TaskMixSpec()  # the full eight-level mix, as the committed base model
+    cfg.sft = {k: v for k, v in cfg.sft.items() if k != "task_options"}
+    sft_mod.run_sft_from_profile(cfg, "unused")
+    assert seen[-1] == TaskMixSpec(**cfg.task.options)
