@@ -72,9 +72,17 @@ display(paper_tables.format_paper_vs_ours(pvo))
 
 # %%
 from replication.report import predictor_study
+from replication.orchestration.grid import load_section
+from replication.allocation.gp import GPConfig
+import dataclasses
 texts = pipeline.prompt_texts(pr.profile, overrides)
 rec = pipeline.runs_of(pr, "RLOO")
-replay = predictor_study.replay_predictors(rec[rec["seed"] == pr.seeds[0]], texts)
+# the GP as the VIP arm runs it: its GP options from params.yaml (e.g. the bandwidth)
+gp_options = {k: v for k, v in (load_section(section, params_file)["arms"]["RLOO+VIP"].get("allocator.options") or {}).items()
+              if k in {f.name for f in dataclasses.fields(GPConfig)}}
+print("GP options of RLOO+VIP:", gp_options)
+replay = predictor_study.replay_predictors(rec[rec["seed"] == pr.seeds[0]], texts,
+                                           predictor_options={"gp": gp_options})
 pred_summary = predictor_study.mae_summary(replay)
 display(pred_summary)
 predictor_study.plot_mae(replay, pr.figures / "predictor_mae.png");
