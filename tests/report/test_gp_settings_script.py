@@ -1,0 +1,30 @@
+"""scripts/gp_settings_study.py: the GP-settings study of docs/regime.md runs and prints one JSON
+line per setting with the MAE on seen / unseen / all prompts."""
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pandas as pd
+
+from replication.report import pipeline
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def test_gp_settings_script_prints_mae_per_setting(tmp_path):
+    ids = list(pipeline.prompt_texts("smoke"))[:6]
+    rows = [dict(step=t, prompt_id=pid, n=4, successes=(i + t) % 5) for t in range(4)
+            for i, pid in enumerate(ids[t % 2: t % 2 + 4])]
+    rec = tmp_path / "prompts.jsonl"
+    pd.DataFrame(rows).to_json(rec, orient="records", lines=True)
+    out = subprocess.run([sys.executable, "scripts/gp_settings_study.py", str(rec),
+                          json.dumps({"median": {}, "bw=0.4": {"bandwidth": 0.4}}), "--profile", "smoke"],
+                         cwd=ROOT, capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stderr
+    lines = [json.loads(line) for line in out.stdout.splitlines()]
+    assert [r["setting"] for r in lines] == ["median", "bw=0.4"]
+    for r in lines:
+        assert 0.0 <= r["seen"] <= 1.0 and 0.0 <= r["unseen"] <= 1.0 and 0.0 <= r["all"] <= 1.0
+    assert lines[0]["seen"] != lines[1]["seen"]  # the bandwidth reaches the GP
