@@ -19,34 +19,16 @@ pytest.importorskip("math_verify")
 from replication.tasks import math_reward as mr  # noqa: E402
 from replication.tasks.math_reward import MathRewardConfig, MathVerifier  # noqa: E402
 
+from proc_helpers import alive, wait_until  # noqa: E402
+
 ROOT = Path(__file__).resolve().parents[1]
 # Needs a worker (no exact-string match): 2/4 == 0.5 only after parsing.
 NEEDS_WORKER = (["\\boxed{\\frac{2}{4}}"], ["0.5"])
 CFG = MathRewardConfig(time_limit_s=30.0)  # generous: these tests are about crashes, not time
 
 
-def _alive(pid: int) -> bool:
-    """Running (a zombie waiting for a reaper counts as dead)."""
-    try:
-        with open(f"/proc/{pid}/stat") as f:
-            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
-    except FileNotFoundError:
-        return False
-    except OSError:
-        try:
-            os.kill(pid, 0)
-            return True
-        except OSError:
-            return False
-
-
 def _wait_dead(pid: int, timeout: float = 20.0) -> bool:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if not _alive(pid):
-            return True
-        time.sleep(0.1)
-    return False
+    return wait_until(lambda: not alive(pid), timeout, poll=0.1)
 
 
 def test_idle_worker_killed_is_replaced_and_answer_still_right():
@@ -142,7 +124,7 @@ def test_workers_die_with_their_parent(state):
     try:
         worker_pid = int(parent.stdout.readline())
         time.sleep(1.0)  # the busy worker is now deep in a C call
-        assert _alive(worker_pid)
+        assert alive(worker_pid)
     finally:
         parent.kill()  # kill -9: no cleanup code runs in the parent
         parent.wait()
