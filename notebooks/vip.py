@@ -73,13 +73,11 @@ display(paper_tables.format_paper_vs_ours(pvo))
 # %%
 from replication.report import predictor_study
 from replication.orchestration.grid import load_section
-from replication.allocation.gp import GPConfig
-import dataclasses
 texts = pipeline.prompt_texts(pr.profile, overrides)
 rec = pipeline.runs_of(pr, "RLOO")
 # the GP as the VIP arm runs it: its GP options from params.yaml (e.g. the bandwidth)
-gp_options = {k: v for k, v in (load_section(section, params_file)["arms"]["RLOO+VIP"].get("allocator.options") or {}).items()
-              if k in {f.name for f in dataclasses.fields(GPConfig)}}
+vip_arm_options = load_section(section, params_file)["arms"]["RLOO+VIP"].get("allocator.options") or {}
+gp_options = predictor_study.gp_options(vip_arm_options)
 print("GP options of RLOO+VIP:", gp_options)
 replay = predictor_study.replay_predictors(rec[rec["seed"] == pr.seeds[0]], texts,
                                            predictor_options={"gp": gp_options})
@@ -136,7 +134,8 @@ lab.plot_lab(lab_df, pr.figures / "allocation_lab.png");
 from replication.analysis import gradient_variance as gva
 from replication.report import gradient_variance as gvr
 gv_df = gva.measure(pr.profile, gva.baseline_overrides(section, "RLOO", params_file, overrides),
-                    pr.out / "gradient_variance", draws=gradvar_draws, reference_draws=gradvar_draws)
+                    pr.out / "gradient_variance", draws=gradvar_draws, reference_draws=gradvar_draws,
+                    method_options={"vip-gp": vip_arm_options})  # the GP as RLOO+VIP runs it
 gv_table, gv_lab = gvr.variance_table(gv_df), gvr.lab_comparison(gv_df, lab_summary, estimator="rloo")
 display(gv_table)
 display(gv_lab)

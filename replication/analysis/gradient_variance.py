@@ -89,6 +89,9 @@ class GradVarConfig:
     """Q, size of the fixed batch; None = the profile's rollout.prompts_per_step."""
     methods: tuple[str, ...] = tuple(METHODS)
     """Methods to measure (keys of METHODS); uniform is always included (the ratios' base)."""
+    method_options: dict[str, dict] = dataclasses.field(default_factory=dict)
+    """Allocator options per method, over METHODS' own (e.g. ``{"vip-gp": {"bandwidth": 0.4}}``,
+    the VIP arm's GP settings from params.yaml), so each method is measured as its arm runs it."""
     bootstrap: int = 2000
     """Bootstrap resamples for the ratio CIs."""
     seed: int = 0
@@ -104,6 +107,11 @@ class GradVarConfig:
             raise ValueError(f"grad-variance: unknown method(s) {unknown}; known: {sorted(METHODS)}")
         if "uniform" not in self.methods:
             self.methods = ("uniform", *self.methods)
+        self.method_options = {str(k): dict(v or {}) for k, v in dict(self.method_options or {}).items()}
+        stray = sorted(set(self.method_options) - set(self.methods))
+        if stray:
+            raise ValueError(f"grad-variance method_options for method(s) not measured: {stray}; "
+                             f"measured: {list(self.methods)}")
         for name in ("draws", "reference_draws"):
             if int(getattr(self, name)) < 3:
                 raise ValueError(f"grad-variance {name} must be >= 3, got {getattr(self, name)}")
@@ -311,10 +319,11 @@ def summarise_draws(sets: dict[str, DrawSet], n_boot: int = 2000, seed: int = 0,
 
 
 def build_method(name: str, cfg: TrainConfig, pool: PromptPool,
-                 truth: dict | None = None, seed: int = 0) -> Allocator:
-    """The allocator of ``name`` with the profile's bounds and estimator (as build_components)."""
+                 truth: dict | None = None, seed: int = 0, options: dict | None = None) -> Allocator:
+    """The allocator of ``name`` with the profile's bounds and estimator (as build_components);
+    ``options`` (GradVarConfig.method_options[name]) go over METHODS' own."""
     registered, extra = METHODS[name]
-    opts = {"lower": cfg.rollout.lower, "upper": cfg.rollout.upper, **extra}
+    opts = {"lower": cfg.rollout.lower, "upper": cfg.rollout.upper, **extra, **dict(options or {})}
     fields = {f.name for f in dataclasses.fields(ALLOCATORS[registered].Config)}
     if "estimator" in fields:
         opts["estimator"] = cfg.rl.estimator
@@ -437,7 +446,7 @@ def measure_checkpoint(cfg: TrainConfig, model_path: str | Path, step: int, reco
     sets: dict[str, DrawSet] = {}
     info = []
     for j, name in enumerate(gv.methods):
-        alloc = build_method(name, cfg, pool, truth=truth, seed=gv.seed)
+        alloc = build_method(name, cfg, pool, truth=truth, seed=gv.seed, options=gv.method_options.get(name))
         replayed = 0 if name == "vip-oracle" else replay_history(
             alloc, records, step, cfg.rl.reward_positive, cfg.rl.reward_negative)
 

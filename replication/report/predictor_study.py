@@ -32,6 +32,17 @@ from replication.allocation.embeddings import make_embedder
 DEFAULT_PREDICTORS = ("gp", "moving-average", "ridge")
 
 
+def gp_options(allocator_options: Mapping | None) -> dict:
+    """The GP settings among a VIP arm's ``allocator.options`` (GPConfig fields, e.g. the
+    bandwidth), so the replay runs the GP as the arm does; allocation-only keys are dropped."""
+    import dataclasses
+
+    from replication.allocation.gp import GPConfig
+
+    fields = {f.name for f in dataclasses.fields(GPConfig)}
+    return {k: v for k, v in dict(allocator_options or {}).items() if k in fields}
+
+
 def _one_run(prompts: pd.DataFrame) -> pd.DataFrame:
     keys = [k for k in ("arm", "seed") if k in prompts.columns]
     if keys and len(prompts.groupby(keys)) > 1:

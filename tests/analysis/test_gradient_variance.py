@@ -158,6 +158,23 @@ def test_config_errors_name_the_bad_setting():
     with pytest.raises(ValueError, match="draws"):
         GradVarConfig(draws=2)
     assert GradVarConfig(methods=("dynamo",)).methods[0] == "uniform"
+    with pytest.raises(ValueError, match="not measured"):
+        GradVarConfig(methods=("dynamo",), method_options={"vip-gp": {"bandwidth": 0.4}})
+
+
+def test_method_options_reach_the_allocator(base_model_dir):
+    """The VIP notebook measures vip-gp with its arm's GP settings (params.yaml's bandwidth), not
+    the package default; the options go over METHODS' own."""
+    from replication.allocation import PromptPool
+    from replication.config import load_profile
+
+    cfg = load_profile("default", {"model.path": base_model_dir})
+    pool = PromptPool(("a", "b"), ("1+1=", "2+2="))
+    default = build_method("vip-gp", cfg, pool)
+    tuned = build_method("vip-gp", cfg, pool, options={"bandwidth": 0.4})
+    assert tuned.config.bandwidth == 0.4 and default.config.bandwidth != 0.4
+    ma = build_method("vip-ma", cfg, pool, options={"bandwidth": 0.4})
+    assert ma.config.predictor == "moving-average" and ma.config.bandwidth == 0.4
 
 
 def test_cli_end_to_end(small_overrides, tmp_path, capsys):

@@ -8,6 +8,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
+from replication.report import predictor_study
 from replication.report.predictor_study import mae_by_step, mae_summary, plot_mae, replay_predictors
 
 TOPICS = {  # topic words → true success probability
@@ -68,3 +69,10 @@ def test_needs_texts_and_one_run(tmp_path, replay):
     assert set(ma_only["predictor"]) == {"moving-average"}
     plot_mae(replay, tmp_path / "mae.png")
     assert (tmp_path / "mae.png").stat().st_size > 1000
+
+
+def test_gp_options_keeps_only_gp_settings():
+    """A VIP arm's allocator.options mix GP settings with allocation ones; the replay takes the
+    GP's only."""
+    assert predictor_study.gp_options({"bandwidth": 0.4, "lower": 4, "predictor": "gp"}) == {"bandwidth": 0.4}
+    assert predictor_study.gp_options(None) == {}
