@@ -38,6 +38,12 @@ class ModelConfig:
     """'cpu', 'cuda' or 'auto'."""
     threads: int = 2
     """torch intra-op threads on CPU (this project's reference machine has 2 cores)."""
+    sharding: str = "replicate"
+    """With several processes: 'replicate' (every rank holds the whole policy, gradients summed:
+    DDP semantics, configs/accelerate/ddp.yaml) or 'fsdp' (FSDP2 ``fully_shard`` per decoder
+    layer: weights, gradients and AdamW state sharded over the ranks, what the papers' 7B/8B
+    runs need; accelerate's FSDP config selects it). Same numbers either way
+    (replication/train/fsdp.py); one process ignores it."""
 
 
 @dataclasses.dataclass
@@ -472,6 +478,7 @@ def validate(cfg: TrainConfig) -> None:
     need(cfg.eval.temperature > 0, "eval.temperature", "must be > 0")
     need(cfg.model.dtype in ("float32", "bfloat16", "float16"), "model.dtype", "float32|bfloat16|float16")
     need(cfg.model.device in ("cpu", "cuda", "auto"), "model.device", "cpu|cuda|auto")
+    need(cfg.model.sharding in ("replicate", "fsdp"), "model.sharding", "replicate|fsdp")
     need(cfg.model.source in ("sft", "smollm2", "hub"), "model.source", "sft|smollm2|hub")
     need(cfg.task.kind in ("procedural", "math"), "task.kind", "procedural|math")
 

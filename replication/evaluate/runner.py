@@ -31,7 +31,11 @@ class Evaluator:
         max_new_tokens: int | None = None,
         chunk_prompts: int = 64,
         world: World = World(),
+        group_size: int = 1,
     ) -> None:
+        """``group_size``: ranks sharing one engine (vLLM TP > 1 across training processes,
+        train/distributed.py::engine_group_size): each group evaluates one share, every rank of
+        the group sending the same requests."""
         self.engine = engine
         self.sets = eval_sets
         self.verifier = verifier
@@ -39,13 +43,17 @@ class Evaluator:
         self.max_new_tokens = max_new_tokens
         self.chunk = chunk_prompts
         self.world = world
+        if group_size < 1 or world.size % group_size:
+            raise ValueError(f"engine group size {group_size} does not divide world size {world.size}")
+        self.group_size = int(group_size)
 
     def _correct_counts(
         self, data: Any, n: int, sampling: SamplingConfig, gen: torch.Generator, stream: str
     ) -> np.ndarray:
         """Successes per prompt of ``data`` (every rank gets all of them, in set order)."""
         out = [np.zeros(0)]
-        share = np.array_split(np.arange(len(data.ids)), self.world.size)[self.world.rank]
+        g = self.group_size  # one share per engine group (per rank when each has its own engine)
+        share = np.array_split(np.arange(len(data.ids)), self.world.size // g)[self.world.rank // g]
         end = int(share[-1]) + 1 if len(share) else 0
         for lo in range(int(share[0]) if len(share) else 0, end, self.chunk):
             sl = slice(lo, min(lo + self.chunk, end))
@@ -57,7 +65,10 @@ class Evaluator:
             ok = np.asarray(self.verifier.is_correct(batch.completions, batch.row_answers,
                                                      [sources[g] for g in batch.group_index]))
             out.append(np.bincount(batch.group_index, weights=ok.astype(float), minlength=len(ids)))
-        return self.world.concat(np.concatenate(out)).astype(np.int64)
+        if g == 1:
+            return self.world.concat(np.concatenate(out)).astype(np.int64)
+        parts = self.world.gather(np.concatenate(out))[::g]  # each group's share once
+        return np.concatenate(parts).astype(np.int64)
 
     def __call__(self, model: torch.nn.Module, seed: int = 0) -> dict[str, dict[str, float]]:
         self.engine.sync_weights(model)

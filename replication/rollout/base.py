@@ -86,6 +86,24 @@ class RolloutBatch:
         batch.check_alignment()
         return batch
 
+    def select_groups(self, start: int, stop: int) -> "RolloutBatch":
+        """The batch of prompts [start, stop) (whole groups, their rows contiguous), e.g. one
+        rank's share of what an engine shared by several ranks generated."""
+        if not 0 <= start < stop <= len(self.prompt_ids):
+            raise ValueError(f"groups [{start}, {stop}) out of {len(self.prompt_ids)}")
+        lo, hi = int(self.counts[:start].sum()), int(self.counts[:stop].sum())
+        return RolloutBatch.build(
+            self.prompt_ids[start:stop], self._answers_of_groups(start, stop), self.counts[start:stop],
+            input_ids=self.input_ids[lo:hi], attention_mask=self.attention_mask[lo:hi],
+            completion_mask=self.completion_mask[lo:hi], old_logprobs=self.old_logprobs[lo:hi],
+            completions=self.completions[lo:hi])
+
+    def _answers_of_groups(self, start: int, stop: int) -> list[str]:
+        """One reference answer per prompt of groups [start, stop) (its rows repeat it; a
+        prompt with no rows has none to keep)."""
+        first = np.concatenate([[0], np.cumsum(self.counts)[:-1]]).astype(int)
+        return [self.row_answers[first[g]] if self.counts[g] > 0 else "" for g in range(start, stop)]
+
     def check_alignment(self) -> None:
         n = self.n_rows
         expect = np.repeat(np.arange(len(self.prompt_ids)), self.counts)

@@ -354,6 +354,9 @@ class VLLMRolloutEngine:
         """Mean |Δ log p| of the last sync check (None before the first)."""
         self.timings: dict[str, float] = {}
         """Seconds of the last generate / old log-prob recompute / sync (the trainer logs them)."""
+        self.pass_sync: Callable[[int], int] | None = None
+        """Set by an FSDP trainer (train/fsdp.py): the ranks' largest pass count for a count, so
+        the old-log-prob recompute runs as many passes over the sharded policy on every rank."""
 
     # -- construction -------------------------------------------------------------------------
 
@@ -463,6 +466,13 @@ class VLLMRolloutEngine:
                     model, batch.input_ids.to(device), batch.attention_mask.to(device),
                     temperature, completion_mask=batch.completion_mask.to(device),
                     chunk=rows_per_pass)
+                # an FSDP-sharded policy (train/fsdp.py): every rank runs as many passes as the
+                # rank with the most rows; the extra ones score one row and are dropped
+                passes = -(-batch.n_rows // rows_per_pass)
+                extra = (self.pass_sync(passes) - passes) if self.pass_sync is not None else 0
+                for _ in range(extra):
+                    model(input_ids=batch.input_ids[:1].to(device),
+                          attention_mask=batch.attention_mask[:1].to(device))
         finally:
             model.train(was_training)
         return logp.float().cpu()
@@ -539,6 +549,12 @@ class VLLMRolloutEngine:
             raise RuntimeError(self._broken)
 
     # -- memory and shutdown ---------------------------------------------------------------------
+
+    @property
+    def sleeps_during_update(self) -> bool:
+        """rollout.vllm.enable_sleep_mode: the trainer puts the engine to sleep (level 1: KV cache
+        freed, weights offloaded) for the policy update and wakes it before the weight sync."""
+        return bool(self.options.enable_sleep_mode)
 
     def sleep(self, level: int = 1) -> None:
         """Free vLLM's GPU memory while the trainer runs (needs enable_sleep_mode)."""

@@ -17,7 +17,7 @@ from replication.config import ConfigError, TrainConfig, from_dict
 from replication.evaluate.runner import Evaluator
 from replication.rl import DynaMOConfig, PPOConfig
 from replication.rl.modulation import MODULATIONS
-from replication.train.distributed import World
+from replication.train.distributed import World, engine_group_size
 from replication.train.sampler import EpochSampler
 from replication.tasks.data import PromptSet, build_data
 from replication.tasks.verify import Verifier
@@ -47,6 +47,22 @@ class Components:
     update_rng: np.random.Generator
     ppo_cfg: PPOConfig
     modulation_cfg: DynaMOConfig | None
+    world: World = dataclasses.field(default_factory=World)
+    generation_model: torch.nn.Module | None = None
+    """FSDP with the HF engine: the full copy of the policy the engine samples from (train/fsdp.py);
+    None otherwise (the engine reads ``model`` itself, or holds its own weights: vLLM)."""
+
+    # -- the weights the rollout engine and the evaluator read
+    def engine_view(self) -> torch.nn.Module:
+        """What ``engine.sync_weights`` / the evaluator get after an update: the policy itself,
+        or under FSDP + HF the generation copy, refreshed from the gathered weights (every rank
+        must call this: the gather is a collective)."""
+        if self.generation_model is None:
+            return self.model
+        from replication.train.fsdp import full_state_dict
+
+        self.generation_model.load_state_dict(full_state_dict(self.model))
+        return self.generation_model
 
     # -- difficulty bins (one classifier per run, see ``classifier``)
     def bins(self, ids: list) -> np.ndarray | None:
@@ -58,9 +74,17 @@ class Components:
 
     # -- resume
     def state(self) -> dict:
+        """Everything stateful; under FSDP the model and optimizer are gathered to FULL state dicts
+        (a collective: every rank calls it, rank 0 writes it)."""
+        if self.world.fsdp:
+            from replication.train.fsdp import full_state_dict, optimizer_state
+
+            model_state, optim_state = full_state_dict(self.model), optimizer_state(self.model, self.optimizer)
+        else:
+            model_state, optim_state = self.model.state_dict(), self.optimizer.state_dict()
         return {
-            "model": self.model.state_dict(),
-            "optimizer": self.optimizer.state_dict(),
+            "model": model_state,
+            "optimizer": optim_state,
             "scheduler": self.scheduler.state_dict(),
             "allocator": self.allocator.state_dict(),
             "classifier": self.classifier.state_dict() if self.owns_classifier else None,
@@ -72,8 +96,14 @@ class Components:
         }
 
     def load_state(self, s: dict) -> None:
-        self.model.load_state_dict(s["model"])
-        self.optimizer.load_state_dict(s["optimizer"])
+        if self.world.fsdp:
+            from replication.train.fsdp import load_full_state_dict, load_optimizer_state
+
+            load_full_state_dict(self.model, s["model"])
+            load_optimizer_state(self.model, self.optimizer, s["optimizer"])
+        else:
+            self.model.load_state_dict(s["model"])
+            self.optimizer.load_state_dict(s["optimizer"])
         self.scheduler.load_state_dict(s["scheduler"])
         self.allocator.load_state_dict(s["allocator"])
         if self.owns_classifier:
@@ -84,11 +114,17 @@ class Components:
         self.generator.set_state(s["generator"])
         self.update_rng.bit_generator.state = s["update_rng"]
         torch.set_rng_state(s["torch_rng"])
-        self.engine.sync_weights(self.model)
+        self.engine.sync_weights(self.engine_view())
 
     def save_model(self, path: Path) -> None:
-        self.model.save_pretrained(path)
-        self.tokenizer.save_pretrained(path)
+        """The policy as an HF folder, written by rank 0 (under FSDP every rank must call it)."""
+        if self.world.fsdp:
+            from replication.train.fsdp import save_pretrained
+
+            save_pretrained(self.model, self.tokenizer, path, self.world)
+        elif self.world.is_main:
+            self.model.save_pretrained(path)
+            self.tokenizer.save_pretrained(path)
 
 
 def build_components(cfg: TrainConfig, world: World = World()) -> Components:
@@ -136,6 +172,15 @@ def build_components(cfg: TrainConfig, world: World = World()) -> Components:
         ref_model = copy.deepcopy(model).eval()
         for p in ref_model.parameters():
             p.requires_grad_(False)
+    generation_model = None
+    if world.fsdp:  # shard before the optimizer is built over the parameters (train/fsdp.py)
+        from replication.train.fsdp import generation_copy, shard_policy
+
+        if cfg.rollout.engine == "hf":
+            generation_model = generation_copy(model)
+        shard_policy(model, world)
+        if ref_model is not None:
+            shard_policy(ref_model, world)
     o = cfg.optim
     optimizer = torch.optim.AdamW(model.parameters(), lr=o.lr, weight_decay=o.weight_decay,
                                   betas=tuple(o.betas))
@@ -145,8 +190,11 @@ def build_components(cfg: TrainConfig, world: World = World()) -> Components:
     )
     from replication.engines import EnginePlacement
 
-    engine = build_engine(cfg, model, tokenizer, add_special_tokens=add_special,
+    engine = build_engine(cfg, generation_model if generation_model is not None else model, tokenizer,
+                          add_special_tokens=add_special,
                           placement=EnginePlacement(world.rank, world.size, world.local_rank))
+    if world.fsdp:  # the vLLM engine's old-log-prob passes over the sharded policy: same count per rank
+        engine.pass_sync = world.max
     generator = torch.Generator().manual_seed(cfg.seed)
     return Components(
         model=model,
@@ -157,7 +205,8 @@ def build_components(cfg: TrainConfig, world: World = World()) -> Components:
         engine=engine,
         train=data.train,
         verifier=data.verifier,
-        evaluator=Evaluator(engine, data.eval_sets, data.verifier, cfg.eval, world=world),
+        evaluator=Evaluator(engine, data.eval_sets, data.verifier, cfg.eval, world=world,
+                            group_size=engine_group_size(cfg, world)),
         allocator=allocator,
         classifier=classifier,
         owns_classifier=owns_classifier,
@@ -167,4 +216,6 @@ def build_components(cfg: TrainConfig, world: World = World()) -> Components:
         update_rng=np.random.default_rng([cfg.seed, 1]),
         ppo_cfg=ppo_cfg,
         modulation_cfg=modulation,
+        world=world,
+        generation_model=generation_model,
     )

@@ -20,6 +20,9 @@ The contract (tested in tests/train/test_distributed.py against the 1-process ru
   mini-batch, up to float summation order;
 - rank 0 alone writes logs, checkpoints, the model and metrics.json; every rank resumes from
   the same checkpoint.
+
+With ``model.sharding: fsdp`` the policy is sharded instead of replicated (train/fsdp.py); the
+contract above holds unchanged.
 """
 
 from __future__ import annotations
@@ -81,12 +84,28 @@ def check_world(cfg: Any, world: "World") -> None:
     if cfg.rollout.prompts_per_step < world.size:
         raise ConfigError(f"rollout.prompts_per_step={cfg.rollout.prompts_per_step} is smaller than "
                           f"the {world.size} processes: each rank needs at least one prompt group")
-    engine = getattr(cfg.rollout, "engine", "hf")
-    tp = getattr(getattr(cfg.rollout, "vllm", None), "tensor_parallel_size", 1)
-    if world.distributed and engine == "vllm" and tp > 1:
-        raise ConfigError("rollout.vllm.tensor_parallel_size > 1 with several training processes: "
-                          "each rank generates its own share of the step with its own colocated "
-                          "engine (TP 1); a TP group sharing one engine is not implemented")
+    tp = engine_group_size(cfg, world)
+    if world.size % tp:
+        raise ConfigError(f"rollout.vllm.tensor_parallel_size={tp} does not divide the {world.size} "
+                          "processes: vLLM's external launcher groups consecutive ranks into one "
+                          "tensor-parallel engine")
+
+
+def engine_group_size(cfg: Any, world: "World") -> int:
+    """Ranks that share one rollout engine: vLLM's tensor_parallel_size when several training
+    processes run it under the external launcher (one engine sharded over consecutive ranks'
+    GPUs, as TRL and verl colocate it); 1 = every rank has its own engine."""
+    if not world.distributed or getattr(cfg.rollout, "engine", "hf") != "vllm":
+        return 1
+    return int(getattr(getattr(cfg.rollout, "vllm", None), "tensor_parallel_size", 1))
+
+
+def generation_share(parts: list[slice], rank: int, group_size: int) -> slice:
+    """The prompts this rank's engine generates: its own share (group size 1), or the union of
+    its engine group's shares — every rank of a group sends the same requests, as a
+    tensor-parallel engine needs, and keeps its own groups (``RolloutBatch.select_groups``)."""
+    first = rank - rank % group_size
+    return slice(parts[first].start, parts[first + group_size - 1].stop)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -96,6 +115,9 @@ class World:
     rank: int = 0
     size: int = 1
     local_rank: int = 0
+    fsdp: bool = False
+    """The policy is FSDP-sharded (train/fsdp.py): gradients arrive reduce-scattered, and every
+    pass over the model is a collective that all ranks must run."""
 
     @property
     def is_main(self) -> bool:
@@ -113,12 +135,6 @@ class World:
         this rank to GPU LOCAL_RANK, anything else gloo.
         """
         size = int(os.environ.get("WORLD_SIZE", "1"))
-        if os.environ.get("ACCELERATE_USE_FSDP", "").lower() in ("1", "true"):
-            from replication.config import ConfigError
-
-            raise ConfigError("accelerate's FSDP config: the trainer replicates the model on every "
-                              "rank and sums gradients (DDP semantics); FSDP sharding is not "
-                              "implemented — launch with configs/accelerate/ddp.yaml")
         if size <= 1:
             return cls()
         rank, local = int(os.environ["RANK"]), int(os.environ.get("LOCAL_RANK", "0"))
@@ -183,7 +199,7 @@ class World:
         Each rank's gradient is its rows' partial sum already divided by the GLOBAL denominator,
         so the sum is the gradient of the whole mini-batch.
         """
-        if not self.distributed:
+        if not self.distributed or self.fsdp:  # FSDP reduce-scattered them in backward (a sum)
             return
         params = [p for p in model.parameters() if p.requires_grad]
         for p in params:

@@ -17,6 +17,7 @@ computed identically on every rank from gathered data, and rank 0 writes the fil
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import time
 from pathlib import Path
@@ -28,7 +29,16 @@ from replication.config import TrainConfig, to_dict
 from replication.rl import group_advantages
 from replication.train.checkpoint import save_checkpoint
 from replication.train.components import Components, build_components
-from replication.train.distributed import RowShard, World, check_world, rollout_seeds, split_groups
+from replication.train.distributed import (
+    RowShard,
+    World,
+    check_world,
+    engine_group_size,
+    generation_share,
+    rollout_seeds,
+    split_groups,
+)
+from replication.train.fsdp import wants_fsdp
 from replication.train.run_folder import check_finite, prepare_run
 from replication.train.run_log import RunLog
 from replication.train.update import ppo_update
@@ -48,7 +58,9 @@ def train(
     if steps < 1:
         raise ValueError(f"--max-steps must be >= 1, got {steps}")
     world = World.from_env(cfg.model.device)  # one process unless launched by torchrun/accelerate
-    check_world(cfg, world)  # enough prompt groups per rank; one colocated engine per rank
+    # model.sharding=fsdp (or accelerate's FSDP config): the policy is sharded over the ranks
+    world = dataclasses.replace(world, fsdp=world.distributed and wants_fsdp(cfg.model.sharding))
+    check_world(cfg, world)  # enough prompt groups per rank; engine groups divide the ranks
     # folder rules (run_folder.py): --resume needs a valid checkpoint, --overwrite to replace;
     # rank 0 alone locks and clears the folder (its refusal stops every rank), then every rank
     # reads the same checkpoint
@@ -61,7 +73,7 @@ def train(
         (out / "config.json").write_text(json.dumps(to_dict(cfg), indent=1))
     if ckpt is None:
         start, wall_before = 0, 0.0
-        eval_before = c.evaluator(c.model, seed=cfg.seed)
+        eval_before = c.evaluator(c.engine_view(), seed=cfg.seed)
         history = {"rollouts_total": 0}
     else:
         c.load_state(ckpt["components"])
@@ -78,11 +90,14 @@ def train(
         if log is not None:
             log.log_step(row, prompt_rows)
         bar.set_postfix(reward=f"{row['reward']:.3f}", zero=f"{row['zero_variance_frac']:.2f}")
+        if (step + 1) % cfg.checkpoint_every == 0 or step + 1 == steps:
+            # FSDP gathers the full state on every rank (a collective); rank 0 writes it
+            state = c.state() if (world.is_main or world.fsdp) else None
         if world.is_main and ((step + 1) % cfg.checkpoint_every == 0 or step + 1 == steps):
             save_checkpoint(out, {
                 "step": step + 1,
                 "config": to_dict(cfg),
-                "components": c.state(),
+                "components": state,
                 "eval_before": eval_before,
                 "history": history,
                 "wall_seconds": wall_before + time.perf_counter() - t0,
@@ -91,7 +106,7 @@ def train(
     if log is not None:
         log.close()
 
-    eval_after = c.evaluator(c.model, seed=cfg.seed)
+    eval_after = c.evaluator(c.engine_view(), seed=cfg.seed)
     metrics = {
         "profile": cfg.profile,
         "allocator": cfg.allocator.name,
@@ -106,8 +121,8 @@ def train(
         "eval_after": eval_after,
         "wall_seconds": wall_before + time.perf_counter() - t0,
     }
+    c.save_model(out / "model")  # rank 0 writes (FSDP: every rank joins the gather)
     if world.is_main:
-        c.save_model(out / "model")
         (out / "metrics.json").write_text(json.dumps(metrics, indent=1, sort_keys=True))
     close = getattr(c.engine, "close", None)
     if callable(close):
@@ -131,19 +146,24 @@ def train_step(cfg: TrainConfig, c: Components, step: int, world: World = World(
     # 2. rollouts: every per-row field repeated by the same counts (RolloutBatch.build). This
     #    rank generates its run of whole groups (all of them with one process); a group's
     #    samples are seeded by (seed, step, prompt id), whichever rank draws them.
+    #    An engine shared by a group of ranks (vLLM TP > 1) gets the group's union and each
+    #    rank keeps its own groups.
     s = cfg.rollout.sampling
-    mine = split_groups(counts, world.size)[world.rank]
-    my_idx = idx[mine]
+    parts = split_groups(counts, world.size)
+    mine, gen = parts[world.rank], generation_share(parts, world.rank, engine_group_size(cfg, world))
+    my_idx, gen_idx = idx[mine], idx[gen]
     t_gen = time.perf_counter()
     batch = c.engine.generate(
-        ids[mine],
-        [c.train.inputs[i] for i in my_idx],
-        [c.train.answers[i] for i in my_idx],
-        counts[mine],
+        ids[gen],
+        [c.train.inputs[i] for i in gen_idx],
+        [c.train.answers[i] for i in gen_idx],
+        counts[gen],
         s,
         generator=c.generator,
-        seeds=rollout_seeds(cfg.seed, "train", step, ids[mine]),
+        seeds=rollout_seeds(cfg.seed, "train", step, ids[gen]),
     )
+    if gen != mine:
+        batch = batch.select_groups(mine.start - gen.start, mine.stop - gen.start)
     # the vLLM engine may recompute old log-probs with the trainer's model inside generate()
     old_lp_seconds = float(getattr(c.engine, "timings", {}).get("old_logprob_seconds", 0.0))
     generate_seconds = time.perf_counter() - t_gen - old_lp_seconds
@@ -166,9 +186,13 @@ def train_step(cfg: TrainConfig, c: Components, step: int, world: World = World(
         weights_seconds += time.perf_counter() - t_w
         adv = adv * prompt_w[group_index]
 
-    # 4. PPO-clip update over mini-batches (+ DynaMO token modulation), on this rank's rows
+    # 4. PPO-clip update over mini-batches (+ DynaMO token modulation), on this rank's rows;
+    #    a colocated vLLM with sleep mode frees its GPU memory meanwhile
     rows = slice(int(counts[: mine.start].sum()), int(counts[: mine.stop].sum()))
     t_upd = time.perf_counter()
+    sleeps = bool(getattr(c.engine, "sleeps_during_update", False))
+    if sleeps:
+        c.engine.sleep(1)
     upd = ppo_update(
         c.model, c.optimizer, c.scheduler, batch, adv[rows], c.ppo_cfg,
         temperature=s.temperature, mini_batches=cfg.rl.mini_batches, ppo_epochs=cfg.rl.ppo_epochs,
@@ -178,7 +202,9 @@ def train_step(cfg: TrainConfig, c: Components, step: int, world: World = World(
     )
     check_finite(step, c.model, upd.row_loss, upd.stats)  # NaN/inf: stop; last checkpoint kept
     t_sync = time.perf_counter()
-    c.engine.sync_weights(c.model)
+    if sleeps:
+        c.engine.wake_up()
+    c.engine.sync_weights(c.engine_view())  # FSDP + HF: the generation copy, refreshed
     update_seconds, sync_seconds = t_sync - t_upd, time.perf_counter() - t_sync
 
     # 5. feedback: per-prompt losses (mean over the prompt's rollouts) to allocator and weighter

@@ -4,8 +4,9 @@ rollouts per rank per step and a memory estimate per GPU — without a GPU or a 
 
 World size: ``--world-size``, else the accelerate config's ``num_processes``, else 8 (the
 papers' node). Under multi-process training (train/distributed.py) every rank holds a full
-replica of the policy and its optimizer (DDP semantics: gradients summed across ranks) and its
-own rollout engine: colocated with TP 1, or one engine per tensor-parallel group with TP > 1.
+replica of the policy and its optimizer (``model.sharding: replicate``, DDP semantics) or a
+1/world shard of them (``fsdp``, train/fsdp.py; accelerate's FSDP config selects it), and its
+own rollout engine: colocated with TP 1 (the HF engine under FSDP samples from a full bf16 copy).
 
 The memory figures are first-order (documented below), enough to choose a GPU count: mixed-
 precision AdamW keeps 16 bytes per parameter (bf16 weights 2 + bf16 grads 2 + fp32 master 4 +
@@ -106,9 +107,8 @@ def plan(cfg: TrainConfig, gpus: int | None = None, prompt_tokens: int = 512,
     }
     if r.prompts_per_step < world:
         out["error"] = f"prompts_per_step={r.prompts_per_step} < world size {world}: the trainer refuses this"
-    if accelerate and accelerate["distributed_type"] == "FSDP":
-        out["error"] = ("FSDP: the trainer replicates the policy on every rank (DDP semantics) and "
-                        "refuses accelerate's FSDP config (exit 2); the per-GPU figures below are DDP's")
+    sharded = cfg.model.sharding == "fsdp" or bool(accelerate and accelerate["distributed_type"] == "FSDP")
+    out["sharding"] = "fsdp" if sharded and world > 1 else "replicate"
     if geo is None:
         out["memory"] = "unknown model geometry (no local config.json and not a known paper model)"
         return out
@@ -121,9 +121,12 @@ def plan(cfg: TrainConfig, gpus: int | None = None, prompt_tokens: int = 512,
     per_engine_rollouts = min(cfg.budget, out["rollouts_per_rank_per_step_max"] * tp)
     kv_engine_gib = per_engine_rollouts * (prompt_tokens + r.sampling.max_new_tokens) * kv_per_token / GIB
     weights_gib = params_b * 1e9 * 2 / GIB
+    fsdp = out["sharding"] == "fsdp"
     per_gpu = {
-        "train_states_gib": round(train_gib, 1),  # full replica per rank (DDP semantics)
+        # a full replica per rank (replicate), or its 1/world shard (fsdp)
+        "train_states_gib": round(train_gib / world if fsdp else train_gib, 1),
         "vllm_weights_gib": round(weights_gib / tp, 1) if engine == "vllm" else 0.0,
+        "generation_copy_gib": round(weights_gib, 1) if fsdp and engine == "hf" else 0.0,
         "kv_cache_gib_rank_share": round(kv_engine_gib / tp, 1),
     }
     per_gpu["total_gib"] = round(sum(per_gpu.values()), 1)
@@ -136,9 +139,9 @@ def plan(cfg: TrainConfig, gpus: int | None = None, prompt_tokens: int = 512,
         "kv_cache_gib_whole_step": round(kv_gib, 1),
         "per_gpu": per_gpu,
         "world_size": world,
-        "note": ("first-order: activations excluded; per GPU = a full training replica + the "
-                 "engine's weights and KV cache for the rank's share of the step (at most; vLLM "
-                 "schedules longer batches in waves); 'if_sharded' is what FSDP would need"),
+        "note": ("first-order: activations excluded; per GPU = the training states (a full replica, "
+                 "or 1/world of them under FSDP) + the engine's weights and KV cache for the rank's "
+                 "share of the step (at most; vLLM schedules longer batches in waves)"),
     }
     return out
 

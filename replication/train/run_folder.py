@@ -160,5 +160,6 @@ def check_finite(step: int, model: torch.nn.Module, row_loss: np.ndarray, stats:
         raise NonFiniteError(f"step {step}: non-finite gradient norm ({gn})")
     with torch.no_grad():
         for name, p in model.named_parameters():
+            p = p.to_local() if hasattr(p, "to_local") else p  # FSDP: this rank's shard
             if not torch.isfinite(p).all():
                 raise NonFiniteError(f"step {step}: non-finite weights in {name}")

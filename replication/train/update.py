@@ -10,6 +10,8 @@ With several processes (``shard``, train/distributed.py) the mini-batches are dr
 step's GLOBAL rows by the same seeded permutation on every rank; each rank backpropagates the
 rows of the mini-batch it holds over the mini-batch's global denominator, and the gradients are
 summed across ranks before clipping — the gradient one process computes with the whole batch.
+With an FSDP-sharded policy a rank that holds none of a mini-batch's rows still runs one
+zero-weight pass, so that every rank joins the same gathers (train/fsdp.py).
 """
 
 from __future__ import annotations
@@ -29,6 +31,7 @@ from replication.rl import (
 from replication.rl.modulation import entropy_change_magnitude
 from replication.rollout.base import RolloutBatch
 from replication.train.distributed import RowShard, World
+from replication.train.fsdp import zero_pass
 
 
 @dataclasses.dataclass
@@ -98,6 +101,10 @@ def ppo_update(
                     adv_tok = adv_rows[keep].unsqueeze(1) * kmask
                 else:  # this rank holds none of the mini-batch: it only joins the collectives
                     logp = ent = old = adv_tok = kmask = None
+                    if world.fsdp:  # ... including the sharded layers' gathers (train/fsdp.py)
+                        zero_pass(model, batch.input_ids, batch.attention_mask, backward=True)
+                        if use_kl:
+                            zero_pass(ref_model, batch.input_ids, batch.attention_mask, backward=False)
                 mod_stats = {}
                 if modulation is not None:
                     extent = _modulation_extent(world, adv_tok, logp, old, ent, kmask, ppo_cfg, modulation.delta_h)
@@ -125,6 +132,7 @@ def ppo_update(
                     row_kl[keep.numpy()] += res.row_kl.numpy() / ppo_epochs
                 world.sum_gradients(model)
                 gn = torch.nn.utils.clip_grad_norm_(model.parameters(), grad_clip)
+                gn = gn.full_tensor() if hasattr(gn, "full_tensor") else gn  # FSDP: a DTensor
                 optimizer.step()
                 if scheduler is not None:
                     scheduler.step()

@@ -158,6 +158,85 @@ def test_launch_checks_before_compute():
     assert World().on_main(lambda: 7) == 7
 
 
+def test_engine_groups_for_tensor_parallel_vllm():
+    """vLLM with tensor_parallel_size > 1 across training ranks: consecutive ranks share one
+    engine and generate their union; the TP size must divide the ranks."""
+    from replication.config import ConfigError, load_profile
+    from replication.train.distributed import check_world, engine_group_size, generation_share
+
+    cfg = load_profile("smoke", {"rollout.engine": "vllm", "rollout.vllm.tensor_parallel_size": 2})
+    assert engine_group_size(cfg, World()) == 1  # one process: its own engine, whatever TP
+    assert engine_group_size(cfg, World(rank=1, size=4)) == 2
+    assert engine_group_size(load_profile("smoke", {}), World(rank=1, size=4)) == 1  # HF: per rank
+    check_world(cfg, World(rank=0, size=4))
+    with pytest.raises(ConfigError, match="does not divide the 3 processes"):
+        check_world(cfg, World(rank=0, size=3))
+    parts = split_groups(np.array([3, 1, 2, 2, 4, 1, 1, 2]), 4)
+    assert [generation_share(parts, r, 2) for r in range(4)] == [
+        slice(parts[0].start, parts[1].stop)] * 2 + [slice(parts[2].start, parts[3].stop)] * 2
+    assert generation_share(parts, 3, 1) == parts[3]
+
+
+def test_shared_engine_share_equals_own_generation(base_model_dir):
+    """What a rank keeps of its engine group's union (select_groups) is what it would have
+    generated alone: samples are seeded per prompt, whoever asks."""
+    import torch
+
+    from replication.models import load_policy
+    from replication.rollout.base import SamplingConfig
+    from replication.rollout.hf_engine import HFRolloutEngine
+
+    model, tok = load_policy(base_model_dir, device="cpu")
+    eng = HFRolloutEngine(model, tok)
+    s = SamplingConfig(1.0, 1.0, 0, 6)
+    ids, texts, answers = ["a", "b", "c", "d"], ["12+7=", "3*4=", "40+41=", "5+5="], ["19", "12", "81", "10"]
+    counts = np.array([3, 1, 2, 2])
+    seeds = rollout_seeds(0, "train", 0, ids)
+    union = eng.generate(ids, texts, answers, counts, s, torch.Generator(), seeds=seeds)
+    kept = union.select_groups(2, 4)
+    alone = eng.generate(ids[2:], texts[2:], answers[2:], counts[2:], s, torch.Generator(), seeds=seeds[2:])
+    kept.check_alignment()
+    assert kept.prompt_ids == ["c", "d"] and kept.completions == alone.completions
+    assert kept.row_answers == alone.row_answers and kept.counts.tolist() == [2, 2]
+    m = kept.completion_mask.bool()
+    width = alone.input_ids.shape[1]  # the union pads its prompts wider on the left
+    assert torch.equal(kept.input_ids[:, -width:][alone.completion_mask.bool()], alone.input_ids[alone.completion_mask.bool()])
+    assert torch.allclose(kept.old_logprobs[m], alone.old_logprobs[alone.completion_mask.bool()], atol=1e-5)
+    with pytest.raises(ValueError, match="out of 4"):
+        union.select_groups(3, 5)
+
+
+def test_evaluator_counts_each_engine_group_once(monkeypatch):
+    """With an engine shared by 2 ranks, the group evaluates one share and its result is
+    counted once (not once per rank)."""
+    from types import SimpleNamespace
+
+    from replication.evaluate.runner import Evaluator
+
+    calls = []
+
+    class Engine:
+        def generate(self, ids, inputs, answers, counts, sampling, generator=None, seeds=None):
+            calls.append(list(ids))
+            rows = np.repeat(np.arange(len(ids)), counts)
+            return SimpleNamespace(completions=["1"] * len(rows), row_answers=["1"] * len(rows),
+                                   group_index=rows)
+
+    class Verifier:
+        def is_correct(self, completions, answers, sources):
+            return [True] * len(completions)
+
+    world = World(rank=1, size=2)
+    monkeypatch.setattr(World, "gather", lambda self, part: [part, part])
+    data = SimpleNamespace(ids=["p0", "p1", "p2"], inputs=["x"] * 3, answers=["1"] * 3, sources=["s"] * 3)
+    ev = Evaluator(Engine(), {}, Verifier(), SimpleNamespace(), world=world, group_size=2)
+    ev.seed = 0
+    out = ev._correct_counts(data, 2, None, None, "eval/x/sample")
+    assert calls == [["p0", "p1", "p2"]] and out.tolist() == [2, 2, 2]
+    with pytest.raises(ValueError, match="does not divide"):
+        Evaluator(Engine(), {}, Verifier(), SimpleNamespace(), world=World(rank=0, size=3), group_size=2)
+
+
 def test_rollout_groups_do_not_depend_on_the_batch(base_model_dir):
     """The HF engine with per-prompt seeds: a group's samples are the same alone or batched."""
     import torch
@@ -193,14 +272,32 @@ def test_dry_run_prints_world_and_per_rank_plan(capsys):
     assert "--accelerate-config" in capsys.readouterr().err
 
 
-def test_fsdp_launch_is_refused_before_compute(tmp_path, monkeypatch, capsys):
-    """accelerate's FSDP config sets ACCELERATE_USE_FSDP: the trainer (DDP semantics) exits 2."""
+def test_dry_run_fsdp_shards_the_training_states(capsys):
+    """Under accelerate's FSDP config (or model.sharding=fsdp) a rank holds 1/world of the
+    training states; replicated, all of them."""
     from replication.__main__ import main
 
-    monkeypatch.setenv("ACCELERATE_USE_FSDP", "true")
-    rc = main(["train", "--profile", "smoke", "--seed", "0", "--out", str(tmp_path / "x")])
-    assert rc == 2 and "FSDP" in capsys.readouterr().err
-    assert not (tmp_path / "x").exists()
+    assert main(["dry-run", "--profile", "paper-dynamo", "--accelerate-config",
+                 str(REPO / "configs/accelerate/fsdp.yaml")]) == 0
+    f = json.loads(capsys.readouterr().out)
+    assert main(["dry-run", "--profile", "paper-dynamo", "--world-size", "8"]) == 0
+    d = json.loads(capsys.readouterr().out)
+    assert f["sharding"] == "fsdp" and d["sharding"] == "replicate" and "error" not in f
+    assert f["memory"]["per_gpu"]["train_states_gib"] == pytest.approx(
+        d["memory"]["per_gpu"]["train_states_gib"] / 8, abs=0.1)
+
+
+def test_fsdp_is_selected_by_config_or_accelerate(capsys):
+    """model.sharding=fsdp, or accelerate's FSDP config (ACCELERATE_USE_FSDP), shards the policy;
+    a bad value is refused by `validate` before compute."""
+    from replication.__main__ import main
+    from replication.train.fsdp import wants_fsdp
+
+    assert wants_fsdp("fsdp", {}) and not wants_fsdp("replicate", {})
+    assert wants_fsdp("replicate", {"ACCELERATE_USE_FSDP": "true"})
+    assert main(["train", "--profile", "smoke", "--seed", "0", "--out", "/tmp/never",
+                 "--set", "model.sharding=zero3"]) == 2
+    assert "model.sharding" in capsys.readouterr().err
 
 
 # ------------------------------------------------------------------------- real multi-process runs
@@ -214,6 +311,45 @@ def test_two_processes_equal_one(small_overrides, tmp_path, case):
     # rank 0 alone wrote the run's files, once each
     assert len(_jsonl(two / "steps.jsonl")) == 3
     assert not list(two.glob("*rank*"))
+
+
+FSDP = ("--set", "model.sharding=fsdp")
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("case,extra", [
+    ("dynamo+modulation", ()),
+    ("rollout-gdro+prompt-gdro", ("--set", "rl.kl_coef=0.05")),  # the reference model is sharded too
+])
+def test_two_fsdp_processes_equal_one(small_overrides, tmp_path, case, extra):
+    """The policy FSDP-sharded over 2 ranks (train/fsdp.py): same files as one process, within
+    the same tolerance; the saved model is a full HF folder."""
+    one, two = tmp_path / "one", tmp_path / "two"
+    _run(1, _train_args(small_overrides, one, case, *extra))
+    _run(2, _train_args(small_overrides, two, case, *extra, *FSDP))
+    assert json.loads((two / "config.json").read_text())["model"]["sharding"] == "fsdp"
+    _same_run(one, two)
+
+
+@pytest.mark.slow
+def test_two_fsdp_processes_kill9_then_resume(small_overrides, tmp_path):
+    """kill -9 of a sharded 2-process job after its (gathered, full) checkpoint, then --resume:
+    the uninterrupted sharded run's files."""
+    full, killed = tmp_path / "full", tmp_path / "killed"
+    case, steps = "dynamo+modulation", 4
+    extra = ("--set", "checkpoint_every=2", *FSDP)
+    _run(2, _train_args(small_overrides, full, case, *extra, steps=steps))
+    cmd = _launcher(2) + _train_args(small_overrides, killed, case, *extra, steps=steps)
+    proc = subprocess.Popen(cmd, env=_env(), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                            start_new_session=True)
+    deadline = time.time() + 300
+    while time.time() < deadline and not (killed / "checkpoint").exists() and proc.poll() is None:
+        time.sleep(0.05)
+    os.killpg(proc.pid, signal.SIGKILL)
+    proc.wait()
+    assert (killed / "checkpoint").exists() and not (killed / "metrics.json").exists()
+    _run(2, _train_args(small_overrides, killed, case, *extra, "--resume", steps=steps))
+    _same_run(full, killed)
 
 
 @pytest.mark.slow

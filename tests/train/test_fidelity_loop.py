@@ -50,3 +50,25 @@ def test_prompt_gdro_time_logged_and_loss_with_or_without_kl(small_overrides, tm
     b = np.array([r["loss"] for r in _rows(without, "prompts.jsonl")])
     # Same seed, same update: the only difference is β·KL (≥ 0, > 0 after the first mini-batch).
     assert np.all(a - b >= -1e-9) and (a - b).sum() > 0
+
+
+def test_sleeping_engine_sleeps_through_the_update(small_overrides, tmp_path, monkeypatch):
+    """rollout.vllm.enable_sleep_mode (the engine's ``sleeps_during_update``): each step goes
+    generate -> sleep -> (update) -> wake_up -> sync_weights, so the weights are reloaded into
+    an awake engine. The HF engine stands in for vLLM, recording the calls."""
+    from replication.rollout.hf_engine import HFRolloutEngine
+
+    calls = []
+    for name in ("generate", "sync_weights"):
+        original = getattr(HFRolloutEngine, name)
+        monkeypatch.setattr(HFRolloutEngine, name,
+                            lambda self, *a, _o=original, _n=name, **k: (calls.append(_n), _o(self, *a, **k))[1])
+    monkeypatch.setattr(HFRolloutEngine, "sleeps_during_update", True, raising=False)
+    monkeypatch.setattr(HFRolloutEngine, "sleep", lambda self, level=1: calls.append(f"sleep{level}"), raising=False)
+    monkeypatch.setattr(HFRolloutEngine, "wake_up", lambda self: calls.append("wake_up"), raising=False)
+    cfg = _cfg(small_overrides, **{"steps": 2, "eval.prompts_per_set": 1})
+    train(cfg, tmp_path, progress=False)
+    step_calls = [c for c in calls if c != "generate"]  # eval generates too
+    assert step_calls.count("sleep1") == 2 and step_calls.count("wake_up") == 2
+    seq = "".join({"sleep1": "s", "wake_up": "w", "sync_weights": "y"}[c] for c in step_calls)
+    assert "swy" in seq and seq.count("swy") == 2  # sleep, wake, then the reload, each step

@@ -1,0 +1,146 @@
+"""FSDP sharding of the policy (``model.sharding: fsdp``): the 7B/8B runs' memory layout with the
+same numbers as one process.
+
+    torchrun --nproc_per_node 2 -m replication train --profile smoke --set model.sharding=fsdp ...
+    accelerate launch --config_file configs/accelerate/fsdp.yaml -m replication train ...
+
+Under FSDP2 (``torch.distributed.fsdp.fully_shard``) each decoder layer's weights, gradients and
+AdamW moments live in shards, one per rank; a forward pass all-gathers a layer's weights and a
+backward pass reduce-scatters its gradient. Those are collectives, so every rank must run the
+SAME NUMBER of forward and backward passes, in the same order — while the trainer gives each rank
+its own share of a step's prompt groups (train/distributed.py). What this module does about it:
+
+- generation never touches the sharded model: the HF engine samples from a full copy of the
+  policy kept for it (``generation_copy``), refreshed from a gathered full state dict after every
+  update; the vLLM engine gets the gathered weights through its usual ``sync_weights`` (DTensors
+  are materialised with ``full_tensor()``, the same collectives on every rank);
+- every pass over the sharded model is counted across ranks: a rank that holds none of a
+  mini-batch's trainable rows runs a zero-weight pass on one of its rows (``zero_pass``), and the
+  vLLM engine's old-log-prob recompute pads its chunk count to the ranks' maximum
+  (``equal_passes``);
+- gradients are reduce-scattered as a SUM (``set_gradient_divide_factor(1)``): each rank's loss is
+  already divided by the mini-batch's GLOBAL denominator, as in the replicated path;
+- checkpoints and the saved model hold FULL state dicts (gathered on every rank, written by rank
+  0), so a sharded run resumes from its own checkpoint exactly and its model folder loads anywhere.
+
+Activation checkpointing and a bf16 mixed-precision policy are not applied: the parameters keep
+``model.dtype`` (bf16 on GPU at paper scale, as the papers train).
+"""
+
+from __future__ import annotations
+
+import copy
+import os
+from typing import Any
+
+import torch
+
+from replication.train.distributed import World
+
+
+def wants_fsdp(sharding: str, env: dict[str, str] | None = None) -> bool:
+    """``model.sharding == 'fsdp'`` or accelerate's FSDP config (it sets ACCELERATE_USE_FSDP)."""
+    e = os.environ if env is None else env
+    return sharding == "fsdp" or e.get("ACCELERATE_USE_FSDP", "").lower() in ("1", "true")
+
+
+def _layer_classes(model: torch.nn.Module) -> set[str]:
+    """Class names of the model's repeated blocks (transformers' ``_no_split_modules``)."""
+    names = set(getattr(model, "_no_split_modules", None) or ())
+    if not names:
+        raise ValueError(f"{type(model).__name__} names no _no_split_modules: cannot tell its "
+                         "decoder layers apart for FSDP wrapping")
+    return names
+
+
+def shard_policy(model: torch.nn.Module, world: World) -> torch.nn.Module:
+    """``fully_shard`` every decoder layer, then the root (embeddings, final norm, head), over
+    all ranks; gradients reduce as a sum. In place; returns the model."""
+    from torch.distributed.device_mesh import init_device_mesh
+    from torch.distributed.fsdp import fully_shard
+
+    device = next(model.parameters()).device.type
+    mesh = init_device_mesh(device, (world.size,))
+    layers = _layer_classes(model)
+    blocks = [m for m in model.modules() if type(m).__name__ in layers]
+    if not blocks:
+        raise ValueError(f"no module of class {sorted(layers)} in {type(model).__name__}")
+    for block in blocks:
+        fully_shard(block, mesh=mesh)
+    fully_shard(model, mesh=mesh)
+    for m in [*blocks, model]:
+        # a plain SUM (no AVG / PREMUL_SUM, which gloo lacks): the losses are already over the
+        # mini-batch's global denominator
+        m.set_gradient_divide_factor(1.0)
+        m.set_force_sum_reduction_for_comms(True)
+    return model
+
+
+def is_sharded(model: torch.nn.Module) -> bool:
+    from torch.distributed.tensor import DTensor
+
+    return any(isinstance(p, DTensor) for p in model.parameters())
+
+
+def generation_copy(model: torch.nn.Module) -> torch.nn.Module:
+    """A full, frozen copy of the (not yet sharded) policy for the HF engine to sample from."""
+    gen = copy.deepcopy(model).eval()
+    for p in gen.parameters():
+        p.requires_grad_(False)
+    return gen
+
+
+def full_state_dict(model: torch.nn.Module) -> dict[str, torch.Tensor]:
+    """The whole model's weights on EVERY rank (a collective: all ranks must call it)."""
+    from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_state_dict
+
+    return get_model_state_dict(model, options=StateDictOptions(full_state_dict=True))
+
+
+def load_full_state_dict(model: torch.nn.Module, state: dict[str, torch.Tensor]) -> None:
+    """Each rank keeps its shard of a full state dict (every rank passes the same dict)."""
+    from torch.distributed.checkpoint.state_dict import StateDictOptions, set_model_state_dict
+
+    set_model_state_dict(model, state, options=StateDictOptions(full_state_dict=True))
+
+
+def optimizer_state(model: torch.nn.Module, optimizer: torch.optim.Optimizer) -> dict:
+    """AdamW's full state keyed by parameter name (a collective)."""
+    from torch.distributed.checkpoint.state_dict import StateDictOptions, get_optimizer_state_dict
+
+    return get_optimizer_state_dict(model, optimizer, options=StateDictOptions(full_state_dict=True))
+
+
+def load_optimizer_state(model: torch.nn.Module, optimizer: torch.optim.Optimizer, state: dict) -> None:
+    from torch.distributed.checkpoint.state_dict import StateDictOptions, set_optimizer_state_dict
+
+    set_optimizer_state_dict(model, optimizer, optim_state_dict=state,
+                             options=StateDictOptions(full_state_dict=True))
+
+
+def equal_passes(world: World, n_passes: int) -> int:
+    """The largest pass count over ranks: what every rank must run under FSDP."""
+    return int(world.max(int(n_passes)))
+
+
+def zero_pass(model: torch.nn.Module, input_ids: torch.Tensor, attention_mask: torch.Tensor,
+              backward: bool) -> None:
+    """One forward (and backward) pass on ``input_ids[:1]`` whose loss is multiplied by 0: this
+    rank joins the layers' all-gathers and reduce-scatters and adds nothing to any gradient."""
+    ctx = torch.enable_grad() if backward else torch.no_grad()
+    with ctx:
+        out = model(input_ids=input_ids[:1], attention_mask=attention_mask[:1])
+        if backward:
+            (out.logits.float().sum() * 0.0).backward()
+
+
+def save_pretrained(model: torch.nn.Module, tokenizer: Any, path, world: World) -> None:
+    """Gather the full weights (every rank) and let rank 0 write an ordinary HF folder."""
+    state = full_state_dict(model)
+    if getattr(getattr(model, "config", None), "tie_word_embeddings", False):
+        # the gathered dict has the tied head as its own entry; an HF folder stores it once
+        for key in list(getattr(model, "_tied_weights_keys", None) or ()):
+            state.pop(key, None)
+    if world.is_main:
+        model.save_pretrained(path, state_dict=state)
+        tokenizer.save_pretrained(path)
