@@ -339,17 +339,21 @@ def test_two_fsdp_processes_kill9_then_resume(small_overrides, tmp_path):
     case, steps = "dynamo+modulation", 4
     extra = ("--set", "checkpoint_every=2", *FSDP)
     _run(2, _train_args(small_overrides, full, case, *extra, steps=steps))
-    cmd = _launcher(2) + _train_args(small_overrides, killed, case, *extra, steps=steps)
+    _kill9_after_checkpoint(_launcher(2) + _train_args(small_overrides, killed, case, *extra, steps=steps), killed)
+    _run(2, _train_args(small_overrides, killed, case, *extra, "--resume", steps=steps))
+    _same_run(full, killed)
+
+
+def _kill9_after_checkpoint(cmd: list[str], out: Path) -> None:
+    """Start a 2-process job and SIGKILL the launcher and both ranks once ``out/checkpoint`` exists."""
     proc = subprocess.Popen(cmd, env=_env(), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
                             start_new_session=True)
     deadline = time.time() + 300
-    while time.time() < deadline and not (killed / "checkpoint").exists() and proc.poll() is None:
+    while time.time() < deadline and not (out / "checkpoint").exists() and proc.poll() is None:
         time.sleep(0.05)
-    os.killpg(proc.pid, signal.SIGKILL)
+    os.killpg(proc.pid, signal.SIGKILL)  # the launcher and both ranks
     proc.wait()
-    assert (killed / "checkpoint").exists() and not (killed / "metrics.json").exists()
-    _run(2, _train_args(small_overrides, killed, case, *extra, "--resume", steps=steps))
-    _same_run(full, killed)
+    assert (out / "checkpoint").exists() and not (out / "metrics.json").exists()
 
 
 @pytest.mark.slow
@@ -360,15 +364,7 @@ def test_two_processes_kill9_then_resume(small_overrides, tmp_path):
     case, steps = "rollout-gdro+prompt-gdro", 4
     extra = ("--set", "checkpoint_every=2")
     _run(1, _train_args(small_overrides, full, case, *extra, steps=steps))
-    cmd = _launcher(2) + _train_args(small_overrides, killed, case, *extra, steps=steps)
-    proc = subprocess.Popen(cmd, env=_env(), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-                            start_new_session=True)
-    deadline = time.time() + 300
-    while time.time() < deadline and not (killed / "checkpoint").exists() and proc.poll() is None:
-        time.sleep(0.05)
-    os.killpg(proc.pid, signal.SIGKILL)  # the launcher and both ranks
-    proc.wait()
-    assert (killed / "checkpoint").exists() and not (killed / "metrics.json").exists()
+    _kill9_after_checkpoint(_launcher(2) + _train_args(small_overrides, killed, case, *extra, steps=steps), killed)
     _run(2, _train_args(small_overrides, killed, case, *extra, "--resume", steps=steps))
     _same_run(full, killed)
 
