@@ -67,9 +67,10 @@ def _free_port() -> int:
 def _launcher(nproc: int, how: str = "torchrun") -> list[str]:
     if nproc == 1:
         return [sys.executable, "-m", "replication"]
-    if how == "accelerate":
+    if how.startswith("accelerate"):  # "accelerate" (ddp.yaml) or "accelerate-fsdp" (fsdp.yaml)
+        config = "fsdp.yaml" if how == "accelerate-fsdp" else "ddp.yaml"
         return [shutil.which("accelerate") or str(Path(sys.executable).parent / "accelerate"), "launch",
-                "--config_file", str(REPO / "configs/accelerate/ddp.yaml"), "--num_processes", str(nproc),
+                "--config_file", str(REPO / "configs/accelerate" / config), "--num_processes", str(nproc),
                 "--main_process_port", str(_free_port()), "-m", "replication"]
     return [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", str(nproc),
             "-m", "replication"]
@@ -390,4 +391,17 @@ def test_accelerate_launch_ddp_config(small_overrides, tmp_path):
     one, two = tmp_path / "one", tmp_path / "two"
     _run(1, _train_args(small_overrides, one, "vip", steps=2))
     _run(2, _train_args(small_overrides, two, "vip", steps=2), how="accelerate")
+    _same_run(one, two)
+
+
+@pytest.mark.slow
+def test_accelerate_launch_fsdp_config(small_overrides, tmp_path):
+    """``accelerate launch --config_file configs/accelerate/fsdp.yaml --num_processes 2`` on CPU:
+    accelerate's FSDP environment selects the sharded policy (recorded in config.json), and the
+    run equals the 1-process one."""
+    pytest.importorskip("accelerate")
+    one, two = tmp_path / "one", tmp_path / "two"
+    _run(1, _train_args(small_overrides, one, "vip", steps=2))
+    _run(2, _train_args(small_overrides, two, "vip", steps=2), how="accelerate-fsdp")
+    assert json.loads((two / "config.json").read_text())["model"]["sharding"] == "fsdp"
     _same_run(one, two)
