@@ -60,6 +60,8 @@ def train(
     world = World.from_env(cfg.model.device)  # one process unless launched by torchrun/accelerate
     # model.sharding=fsdp (or accelerate's FSDP config): the policy is sharded over the ranks
     world = dataclasses.replace(world, fsdp=world.distributed and wants_fsdp(cfg.model.sharding))
+    if world.fsdp and cfg.model.sharding != "fsdp":  # chosen by accelerate's config: record it
+        cfg = dataclasses.replace(cfg, model=dataclasses.replace(cfg.model, sharding="fsdp"))
     check_world(cfg, world)  # enough prompt groups per rank; engine groups divide the ranks
     # folder rules (run_folder.py): --resume needs a valid checkpoint, --overwrite to replace;
     # rank 0 alone locks and clears the folder (its refusal stops every rank), then every rank
@@ -93,15 +95,15 @@ def train(
         if (step + 1) % cfg.checkpoint_every == 0 or step + 1 == steps:
             # FSDP gathers the full state on every rank (a collective); rank 0 writes it
             state = c.state() if (world.is_main or world.fsdp) else None
-        if world.is_main and ((step + 1) % cfg.checkpoint_every == 0 or step + 1 == steps):
-            save_checkpoint(out, {
-                "step": step + 1,
-                "config": to_dict(cfg),
-                "components": state,
-                "eval_before": eval_before,
-                "history": history,
-                "wall_seconds": wall_before + time.perf_counter() - t0,
-            })
+            if world.is_main:
+                save_checkpoint(out, {
+                    "step": step + 1,
+                    "config": to_dict(cfg),
+                    "components": state,
+                    "eval_before": eval_before,
+                    "history": history,
+                    "wall_seconds": wall_before + time.perf_counter() - t0,
+                })
     bar.close()
     if log is not None:
         log.close()
