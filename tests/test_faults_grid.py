@@ -15,6 +15,7 @@ from pathlib import Path
 
 import pytest
 
+from replication.__main__ import main
 from replication.train import checkpoint as ck
 
 from proc_helpers import alive, run_metrics, wait_until
