@@ -29,7 +29,7 @@ overrides = {}             # dotted config keys for every arm, e.g. {"optim.lr":
 seeds = None               # None = the section's seeds, e.g. [0]
 arms = None                # None = the section's arms, e.g. ["RLOO", "RLOO+VIP"]
 steps = None               # None = the section's steps (null there = the profile's length)
-gradvar_draws = 30         # rollout sets per allocator and checkpoint, gradient-variance section
+gradvar_draws = None       # rollout sets per allocator and checkpoint (gradient variance); None = 30, quick: 8 of 32 prompts
 
 # %%
 # Cached results load; only runs missing from results/ and the run cache (.cache/runs) train.
@@ -89,7 +89,7 @@ lab.plot_lab(lab_df, pr.figures / "allocation_lab.png");
 # ## Gradient variance on the real model (issue 10)
 #
 # At three checkpoints of a uniform GRPO run (steps 0, ⅓ and all of the profile's) and one fixed
-# batch of training prompts, every allocator plans the same budget 30 times; each plan gets fresh
+# batch of training prompts, every allocator plans the same budget 30 times (the quick profile: 8 times, on 32 prompts); each plan gets fresh
 # rollouts and gives one policy-gradient vector (the trainer's loss at ratio 1, token-mean over the
 # set). Ratios to uniform with bootstrap 95 % CIs: total variance tr Cov(g), noise-to-signal
 # tr Cov(g)/‖E g‖² (with token-mean the allocation also changes E g, so this is the scale-free
@@ -100,8 +100,13 @@ lab.plot_lab(lab_df, pr.figures / "allocation_lab.png");
 # %%
 from replication.analysis import gradient_variance as gva
 from replication.report import gradient_variance as gvr
+from replication.orchestration.arms import gradvar_settings
+from replication.orchestration.grid import load_section
+# vip-gp with the VIP arm's GP settings and encoder (params.yaml, section vip)
+vip_arm_options = load_section("vip", params_file)["arms"]["RLOO+VIP"].get("allocator.options") or {}
 gv_df = gva.measure(pr.profile, gva.baseline_overrides(section, "GRPO", params_file, overrides),
-                    pr.out / "gradient_variance", draws=gradvar_draws, reference_draws=gradvar_draws)
+                    pr.out / "gradient_variance", **gradvar_settings(pr.profile, gradvar_draws),
+                    method_options={"vip-gp": vip_arm_options})  # vip-gp as VIP's RLOO+VIP arm runs it
 gv_table, gv_lab = gvr.variance_table(gv_df), gvr.lab_comparison(gv_df, lab_summary, estimator="grpo")
 display(gv_table)
 display(gv_lab)

@@ -59,7 +59,7 @@ def test_parameters_cell_exposes_the_user_settings(name):
 
 def test_dvc_yaml_stages_and_params():
     dvc = yaml.safe_load((ROOT / "dvc.yaml").read_text())
-    assert set(dvc["stages"]) == {"base", *PAPERS, "report"}
+    assert set(dvc["stages"]) == {"base", "encoder", *PAPERS, "report"}
     params = yaml.safe_load((ROOT / "params.yaml").read_text())
     for paper in PAPERS:
         stage = dvc["stages"][paper]
@@ -91,7 +91,7 @@ def test_readme_results_block_matches_the_pipeline_summary():
 def test_dvc_sees_a_valid_pipeline():
     out = subprocess.run([sys.executable, "-m", "dvc", "dag", "--md"], cwd=ROOT, capture_output=True, text=True)
     assert out.returncode == 0, out.stderr
-    for stage in ("base", "vip", "dynamo", "gdro", "report"):
+    for stage in ("base", "encoder", "vip", "dynamo", "gdro", "report"):
         assert stage in out.stdout
 
 
@@ -99,11 +99,20 @@ def test_dvc_sees_a_valid_pipeline():
 def test_pipeline_smoke(tmp_path, base_model_dir):
     """Every paper notebook, executed by papermill on the smoke profile (3 steps, 2 seeds)."""
     params = yaml.safe_load((ROOT / "params.yaml").read_text())
+    # the VIP arms' encoder (the `encoder` stage's results/encoder), exported here instead
+    encoder = tmp_path / "encoder"
+    r = subprocess.run([sys.executable, str(ROOT / "scripts" / "export_encoder.py"), str(encoder)],
+                       capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr
     smoke = {"profile": "smoke", "workers": 2}
     for paper in PAPERS:
         sec = dict(params[paper])
         sec["seeds"] = [0, 1]
         sec["base"] = {**(sec.get("base") or {}), "model.path": base_model_dir}
+        for arm in sec["arms"].values():
+            emb = (arm.get("allocator.options") or {}).get("embedder_options") or {}
+            if emb.get("model_path") == "results/encoder":
+                emb["model_path"] = str(encoder)
         smoke[paper] = sec
     pfile = tmp_path / "params.yaml"
     pfile.write_text(yaml.safe_dump(smoke, sort_keys=False))

@@ -10,6 +10,27 @@ from replication.config import ConfigError
 
 QUICK_PROFILE = "quick"
 
+GRADVAR_DRAWS = 30
+"""Rollout sets per allocator and checkpoint in a notebook's gradient-variance section (issue 10:
+at least 30), each on the profile's full batch of Q prompts."""
+QUICK_GRADVAR = {"draws": 8, "reference_draws": 8, "prompts": 32}
+"""The quick profile's first look at the same section: 8 sets of 32 prompts (about 1/8 of the
+cost); its ratios carry wide CIs and are not the issue-10 measurement."""
+
+
+def gradvar_settings(profile: str, draws: int | None = None) -> dict:
+    """GradVarConfig keyword arguments of a paper notebook's gradient-variance section:
+    ``GRADVAR_DRAWS`` sets per allocator (and as many reference sets) on the full batch, or
+    ``QUICK_GRADVAR`` under the quick profile. ``draws`` (the notebook parameter) overrides the
+    number of sets, reference sets included."""
+    settings = dict(QUICK_GRADVAR) if profile == QUICK_PROFILE else {"draws": GRADVAR_DRAWS,
+                                                                    "reference_draws": GRADVAR_DRAWS}
+    if draws is not None:
+        if int(draws) < 2:
+            raise ConfigError(f"gradvar_draws: need at least 2 rollout sets for a variance, got {draws}")
+        settings.update(draws=int(draws), reference_draws=int(draws))
+    return settings
+
 
 @dataclasses.dataclass(frozen=True)
 class Arm:

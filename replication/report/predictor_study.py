@@ -43,6 +43,18 @@ def gp_options(allocator_options: Mapping | None) -> dict:
     return {k: v for k, v in dict(allocator_options or {}).items() if k in fields}
 
 
+def embedder_settings(allocator_options: Mapping | None) -> dict:
+    """The embedder a VIP arm's ``allocator.options`` selects (``embedder``, ``embedder_options``;
+    VIPConfig's defaults where absent), as keyword arguments of ``replay_predictors`` — so the
+    replay embeds the prompts with the arm's encoder (e.g. the paper's all-MiniLM-L6-v2)."""
+    from replication.allocation.vip import VIPConfig
+
+    opts = dict(allocator_options or {})
+    default = VIPConfig()
+    return {"embedder": opts.get("embedder", default.embedder),
+            "embedder_options": dict(opts.get("embedder_options") or default.embedder_options)}
+
+
 def _one_run(prompts: pd.DataFrame) -> pd.DataFrame:
     keys = [k for k in ("arm", "seed") if k in prompts.columns]
     if keys and len(prompts.groupby(keys)) > 1:
