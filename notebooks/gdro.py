@@ -166,14 +166,39 @@ display(signal_df)
 print(gdro_signal.signal_conclusion(signal_df))
 
 # %% [markdown]
+# ## Does Rollout-GDRO's loss give its bandits a signal? (issue 10)
+#
+# Each bin's bandit minimises ℓ̄_b + μ·n with the same prompt loss ℓ(x), so the same finding is
+# expected. Measured by replay: the run's per-prompt records go step by step through a fresh
+# allocator with the arm's options, once with the logged losses (it must reproduce the run's
+# counts) and once with every loss set to 0. If the blind allocator plans the same counts, the
+# departures from n̄ come from the price μ·n and the bins' sizes, not from the loss
+# (replication/report/rollout_gdro_signal.py).
+
+# %%
+from replication.report import rollout_gdro_signal
+from replication.config import load_profile
+rollout_signal_df = None
+if "Rollout-GDRO" in pr.arm_names():
+    rg_cfg = load_profile(pr.profile, gva.baseline_overrides(section, "Rollout-GDRO", params_file, overrides))
+    rollout_signal_df = rollout_gdro_signal.signal_table(
+        pr.prompts[pr.prompts["arm"] == "Rollout-GDRO"], rg_cfg.allocator.options,
+        list(pipeline.prompt_texts(pr.profile, overrides)),
+        rg_cfg.rollout.lower, rg_cfg.rollout.upper, rg_cfg.rl.reward_positive, rg_cfg.rl.reward_negative)
+    display(rollout_gdro_signal.summary(rollout_signal_df))
+    print(rollout_gdro_signal.signal_conclusion(rollout_signal_df))
+
+# %% [markdown]
 # ## Conclusion (generated from the numbers above)
 
 # %%
 extra = {"wse": wse_table, "overhead": overhead, "prompt_gdro_signal": signal_df}
+if rollout_signal_df is not None:
+    extra["rollout_gdro_signal"] = rollout_gdro_signal.summary(rollout_signal_df)
 tables.write_tables({"heldout_after": table, "heldout_before": before, "comparisons": cmp,
                      "paper_vs_ours": pvo, "allocation_lab": lab_summary, **extra}, pr.tables)
 tables.write_summary_json(cmp, pr.out / "summary.json", profile=pr.profile, seeds=pr.seeds)
 text = conclusions.conclusions(comparisons=cmp, runs=runs, lab=lab_summary, paper=pvo, wse=wse_table,
-                               gdro_signal=signal_df)
+                               gdro_signal=signal_df, rollout_gdro_signal=rollout_signal_df)
 (pr.out / "conclusions.md").write_text(text)
 display(Markdown(text))

@@ -215,7 +215,8 @@ def _predictor_from_tables(comparisons: pd.DataFrame | None) -> pd.DataFrame | N
 def conclusions(*, comparisons: pd.DataFrame | None = None, runs: pd.DataFrame | None = None,
                 lab: pd.DataFrame | None = None, paper: pd.DataFrame | None = None,
                 wse: pd.DataFrame | None = None, predictor: pd.DataFrame | None = None,
-                gdro_signal: pd.DataFrame | None = None, set_name: str = "average") -> str:
+                gdro_signal: pd.DataFrame | None = None, rollout_gdro_signal: pd.DataFrame | None = None,
+                set_name: str = "average") -> str:
     """All available paragraphs, Markdown, in a fixed order. For VIP the predictor study is
     included (``predictor``, or read from the paper's tables folder when not given)."""
     if predictor is None:
@@ -229,6 +230,10 @@ def conclusions(*, comparisons: pd.DataFrame | None = None, runs: pd.DataFrame |
         out.append(wse_conclusion(wse))
     if gdro_signal is not None and not gdro_signal.empty:
         out.append(signal_conclusion(gdro_signal))
+    if rollout_gdro_signal is not None and not rollout_gdro_signal.empty:
+        from replication.report.rollout_gdro_signal import signal_conclusion as rollout_signal_conclusion
+
+        out.append(rollout_signal_conclusion(rollout_gdro_signal))
     if runs is not None:
         out.append(overhead_conclusion(runs))
     if predictor is not None:
