@@ -13,8 +13,8 @@ QUICK_PROFILE = "quick"
 GRADVAR_DRAWS = 30
 """Rollout sets per allocator and checkpoint in a notebook's gradient-variance section (issue 10:
 at least 30), each on the profile's full batch of Q prompts."""
-QUICK_GRADVAR = {"draws": 8, "reference_draws": 8, "prompts": 32}
-"""The quick profile's first look at the same section: 8 sets of 32 prompts (about 1/8 of the
+QUICK_GRADVAR = {"draws": 6, "reference_draws": 6, "prompts": 16}
+"""The quick profile's first look at the same section: 6 sets of 16 prompts (about 1/20 of the
 cost); its ratios carry wide CIs and are not the issue-10 measurement."""
 
 
