@@ -29,7 +29,7 @@ overrides = {}             # dotted config keys for every arm, e.g. {"optim.lr":
 seeds = None               # None = the section's seeds, e.g. [0]
 arms = None                # None = the section's arms, e.g. ["RLOO", "RLOO+VIP"]
 steps = None               # None = the section's steps (null there = the profile's length)
-gradvar_draws = None       # rollout sets per allocator and checkpoint (gradient variance); None = 30, quick: 6 of 16 prompts
+gradvar_draws = None       # rollout sets per allocator and checkpoint (gradient variance); None = 30, quick: 6 of 16 prompts, 2 checkpoints
 
 # %%
 # Cached results load; only runs missing from results/ and the run cache (.cache/runs) train.
@@ -117,7 +117,7 @@ lab.plot_lab(lab_df, pr.figures / "allocation_lab.png");
 # ## Gradient variance on the real model (issue 10)
 #
 # At three checkpoints of a uniform GRPO run (steps 0, ⅓ and all of the profile's) and one fixed
-# batch of training prompts, every allocator plans the same budget 30 times (the quick profile: 6 times, on 16 prompts); each plan gets fresh
+# batch of training prompts, every allocator plans the same budget 30 times (the quick profile: 6 times, on 16 prompts, at the first and last step); each plan gets fresh
 # rollouts and gives one policy-gradient vector (the trainer's loss at ratio 1, token-mean over the
 # set). Ratios to uniform with bootstrap 95 % CIs: total variance tr Cov(g), noise-to-signal
 # tr Cov(g)/‖E g‖² (with token-mean the allocation also changes E g, so this is the scale-free

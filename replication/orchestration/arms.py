@@ -14,17 +14,23 @@ GRADVAR_DRAWS = 30
 """Rollout sets per allocator and checkpoint in a notebook's gradient-variance section (issue 10:
 at least 30), each on the profile's full batch of Q prompts."""
 QUICK_GRADVAR = {"draws": 6, "reference_draws": 6, "prompts": 16}
-"""The quick profile's first look at the same section: 6 sets of 16 prompts (about 1/20 of the
-cost); its ratios carry wide CIs and are not the issue-10 measurement."""
+"""The quick profile's first look at the same section: 6 sets of 16 prompts, at the first and the
+last step only (about 1/30 of the cost); its ratios carry wide CIs and are not the issue-10
+measurement (3 checkpoints × 30 sets)."""
 
 
 def gradvar_settings(profile: str, draws: int | None = None) -> dict:
     """GradVarConfig keyword arguments of a paper notebook's gradient-variance section:
     ``GRADVAR_DRAWS`` sets per allocator (and as many reference sets) on the full batch, or
     ``QUICK_GRADVAR`` under the quick profile. ``draws`` (the notebook parameter) overrides the
-    number of sets, reference sets included."""
-    settings = dict(QUICK_GRADVAR) if profile == QUICK_PROFILE else {"draws": GRADVAR_DRAWS,
-                                                                    "reference_draws": GRADVAR_DRAWS}
+    number of sets, reference sets included. Under quick the checkpoints are the first and the
+    last step (the default: 0, a third and all of the profile's steps)."""
+    if profile == QUICK_PROFILE:
+        from replication.config import load_profile
+
+        settings = {**QUICK_GRADVAR, "steps": (0, load_profile(profile).steps)}
+    else:
+        settings = {"draws": GRADVAR_DRAWS, "reference_draws": GRADVAR_DRAWS}
     if draws is not None:
         if int(draws) < 2:
             raise ConfigError(f"gradvar_draws: need at least 2 rollout sets for a variance, got {draws}")

@@ -19,6 +19,7 @@ def test_default_measures_30_sets_on_the_full_batch():
 def test_quick_is_a_smaller_first_look_and_the_parameter_overrides():
     q = gradvar_settings("quick")
     assert q["draws"] < GRADVAR_DRAWS and q["prompts"] < 64
+    assert q["steps"][0] == 0 and len(q["steps"]) == 2  # the first and the last step
     GradVarConfig(**q)
     assert gradvar_settings("quick", 12)["draws"] == gradvar_settings("quick", 12)["reference_draws"] == 12
     assert gradvar_settings("default", 40)["draws"] == 40
