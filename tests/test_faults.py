@@ -149,6 +149,7 @@ def _dvc_project(tmp_path: Path, persist: bool = True) -> Path:
     shutil.copytree(ROOT / "notebooks", proj / "notebooks")
     (proj / "replication").symlink_to(ROOT / "replication")
     for rel, text in [("results/base-model/model.safetensors", "weights"),
+                      ("results/encoder/config.json", "{}"),  # the paper stages' dep on VIP's encoder
                       ("results/vip/runs/RLOO/s0/metrics.json", "{}"),
                       ("results/vip/tables/heldout.csv", "a,b"),
                       ("results/vip/figures/heldout.png", "png"),
