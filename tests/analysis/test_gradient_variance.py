@@ -218,7 +218,7 @@ def test_cli_rejects_steps_beyond_the_profile(small_overrides, tmp_path, capsys)
 
 def test_measure_caches_per_config_and_settings(base_model_dir, tmp_path, monkeypatch):
     """Same profile, overrides and settings → one measurement; a changed setting → a new one."""
-    import replication.analysis.gradient_variance as gvm
+    import replication.analysis.measurement_cache as gvm
 
     calls = []
 
