@@ -22,6 +22,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+from replication.code_digest import code_digest
 from replication.config import load_profile, to_dict
 
 KEY_FILE = "BASE_KEY"
@@ -31,17 +32,7 @@ CODE = ("sft.py", "models", "tasks", "train/prepare.py")
 
 
 def _code_digest() -> str:
-    h = hashlib.sha256()
-    for entry in CODE:
-        path = PACKAGE / entry
-        files = [path] if path.is_file() else sorted(path.rglob("*.py"))
-        for f in files:
-            if "__pycache__" in f.parts:
-                continue
-            h.update(f.relative_to(PACKAGE).as_posix().encode())
-            h.update(b"\0")
-            h.update(f.read_bytes())
-    return h.hexdigest()[:16]
+    return code_digest(PACKAGE, include=CODE)
 
 
 def base_key(profile: str) -> str:

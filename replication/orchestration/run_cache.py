@@ -27,6 +27,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+from replication.code_digest import code_digest as _code_digest
 from replication.config import load_profile, to_dict
 from replication.interrupts import GridInterrupted, RunGuard
 from replication.train.checkpoint import checkpoint_path
@@ -59,18 +60,9 @@ NOT_TRAINING = ("report", "orchestration", "analysis")
 
 
 def code_digest(root: str | Path | None = None) -> str:
-    """SHA-256 (16 hex) over the relative path and bytes of every ``*.py`` under ``root`` (the
-    package by default), sub-packages in ``NOT_TRAINING`` excluded, in sorted path order."""
-    root = Path(root) if root is not None else PACKAGE
-    h = hashlib.sha256()
-    for f in sorted(root.rglob("*.py")):
-        rel = f.relative_to(root)
-        if rel.parts[0] in NOT_TRAINING or "__pycache__" in rel.parts:
-            continue
-        h.update(rel.as_posix().encode())
-        h.update(b"\0")
-        h.update(f.read_bytes())
-    return h.hexdigest()[:16]
+    """Digest (16 hex) of every ``*.py`` under ``root`` (the package by default), sub-packages in
+    ``NOT_TRAINING`` excluded, in sorted path order (``replication.code_digest``)."""
+    return _code_digest(root if root is not None else PACKAGE, exclude=NOT_TRAINING)
 
 
 def run_key(profile: str, overrides: dict, seed: int, steps: int | None) -> tuple[str, dict]:
