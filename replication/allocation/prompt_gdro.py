@@ -215,8 +215,10 @@ class PromptGDRO:
         return self._last_mass.copy()
 
     # ----------------------------------------------------------------- learning
-    def observe(self, prompt_ids: Sequence[Hashable], bins: Sequence[int], prompt_losses: Sequence[float]) -> None:
-        """Update the bin scores from one step's per-prompt losses (bins as used for weights)."""
+    def bin_means(self, prompt_ids: Sequence[Hashable], bins: Sequence[int],
+                  prompt_losses: Sequence[float]) -> tuple[np.ndarray, np.ndarray]:
+        """(ℓ̄_t(b) per bin — divided by max(q̂_t(b), floor) under ``debias`` —, present mask):
+        the value one step's losses feed into the bin scores; 0 for bins absent from the batch."""
         ids, b, _ = self._check(prompt_ids, bins, None)
         losses = np.asarray(prompt_losses, dtype=np.float64).reshape(-1)
         if losses.shape[0] != len(ids):
@@ -230,6 +232,11 @@ class PromptGDRO:
         if self.config.debias:
             share = size / len(ids)
             mean_loss[present] /= np.maximum(share[present], float(self.config.share_floor))
+        return mean_loss, present
+
+    def observe(self, prompt_ids: Sequence[Hashable], bins: Sequence[int], prompt_losses: Sequence[float]) -> None:
+        """Update the bin scores from one step's per-prompt losses (bins as used for weights)."""
+        mean_loss, present = self.bin_means(prompt_ids, bins, prompt_losses)
         beta = float(self.config.beta)
         # Bins absent from the batch carry no evidence this step: their score is left alone.
         self.scores[present] = (1.0 - beta) * self.scores[present] + beta * mean_loss[present]

@@ -18,7 +18,9 @@ target. ``signal_conclusion`` states the finding in words.
 
 from __future__ import annotations
 
+import json
 import math
+from collections.abc import Mapping, Sequence
 
 import numpy as np
 import pandas as pd
@@ -26,48 +28,70 @@ import pandas as pd
 from replication.allocation.prompt_gdro import PromptGDRO, PromptGDROConfig
 
 
-def _debiased_bin_means(run: pd.DataFrame, share_floor: float) -> pd.DataFrame:
-    size = run.groupby("step")["prompt_id"].transform("size")
-    g = run.assign(_size=size).groupby(["step", "bin"])
-    out = g.agg(mean_loss=("loss", "mean"), n=("loss", "size"), total=("_size", "first")).reset_index()
-    out["debiased"] = out["mean_loss"] / np.maximum(out["n"] / out["total"], share_floor)
+def _replay(run: pd.DataFrame, config: PromptGDROConfig) -> tuple[np.ndarray, np.ndarray]:
+    """Replay one run's logged (bins, losses) through PromptGDRO with ``config``, step by step:
+    (the per-step bin means it fed into its scores, for the bins present — ``bin_means``, the
+    debiased ℓ̄/q̂ under ``debias`` —; max_b S_b − min_b S_b over the bins observed so far, after
+    each step)."""
+    pg = PromptGDRO(config=config)
+    means, spread = [], []
+    for _, grp in run.groupby("step", sort=True):
+        ids, bins, losses = grp["prompt_id"].tolist(), grp["bin"].to_numpy(np.int64), grp["loss"].to_numpy(np.float64)
+        m, present = pg.bin_means(ids, bins, losses)
+        means.append(m[present])
+        pg.observe(ids, bins, losses)
+        s = pg.scores[pg.observed]
+        spread.append(float(s.max() - s.min()) if s.size else 0.0)
+    return np.concatenate(means) if means else np.array([]), np.asarray(spread)
+
+
+def arm_configs(runs: pd.DataFrame, arms: Sequence[str]) -> dict[str, PromptGDROConfig]:
+    """Each arm's PromptGDROConfig as its runs trained with it: ``rl.prompt_weights_options`` of
+    the runs' config.json (``runs``: arm, seed, dir, as PaperRun.runs). An arm whose seeds
+    disagree is refused, naming it."""
+    from replication.report.runs import load_config
+
+    out = {}
+    for arm in arms:
+        dirs = runs.loc[runs["arm"] == arm, "dir"].tolist()
+        if not dirs:
+            continue
+        options = [dict((load_config(d).get("rl") or {}).get("prompt_weights_options") or {}) for d in dirs]
+        configs = {json.dumps(o, sort_keys=True, default=str) for o in options}
+        if len(configs) > 1:
+            raise ValueError(f"gdro_signal: the runs of arm {arm!r} trained with different "
+                             f"rl.prompt_weights_options ({len(configs)} variants in {dirs})")
+        out[arm] = PromptGDROConfig(**options[0])
     return out
 
 
-def _replayed_score_spread(run: pd.DataFrame, config: PromptGDROConfig) -> np.ndarray:
-    """max_b S_b − min_b S_b over the bins observed so far, after each step, replaying the
-    logged (bins, losses) through PromptGDRO with ``config``."""
-    pg = PromptGDRO(config=config)
-    spread = []
-    for _, grp in run.groupby("step", sort=True):
-        pg.observe(grp["prompt_id"].tolist(), grp["bin"].to_numpy(np.int64), grp["loss"].to_numpy(np.float64))
-        s = pg.scores[pg.observed]
-        spread.append(float(s.max() - s.min()) if s.size else 0.0)
-    return np.asarray(spread)
-
-
 def signal_table(prompts: pd.DataFrame, arms: list[str], *, target_ratio: float = 1.2,
-                 config: PromptGDROConfig | None = None) -> pd.DataFrame:
+                 config: PromptGDROConfig | None = None, runs: pd.DataFrame | None = None,
+                 configs: Mapping[str, PromptGDROConfig] | None = None) -> pd.DataFrame:
     """One row per arm (pooled over seeds) that logged per-prompt ``loss`` and ``bin``.
 
-    Columns: arm, records, loss_zero_share, loss_sd, loss_abs_p99, bin_mean_abs_median,
-    bin_mean_abs_p99, score_spread_median, score_spread_needed, weight_ratio_median."""
-    config = config or PromptGDROConfig()
-    needed = math.log(target_ratio) / float(config.eta)
+    Each arm is replayed under its own PromptGDROConfig: ``configs[arm]``, else the options its
+    runs trained with (``runs``: PaperRun.runs, read by ``arm_configs``), else ``config`` (default:
+    the paper's). Columns: arm, records, loss_zero_share, loss_sd, loss_abs_p99,
+    bin_mean_abs_median, bin_mean_abs_p99, score_spread_median, score_spread_needed,
+    weight_ratio_median."""
+    own = {**(arm_configs(runs, arms) if runs is not None else {}), **dict(configs or {})}
     rows = []
     for arm in arms:
         p = prompts[prompts["arm"] == arm]
         if p.empty or "loss" not in p or "bin" not in p or p["bin"].isna().all():
             continue
+        arm_config = own.get(arm) or config or PromptGDROConfig()
         p = p.dropna(subset=["loss", "bin"]).astype({"bin": np.int64})
         bins, spreads, ratios = [], [], []
         for _, run in p.groupby("seed", sort=True):
-            bins.append(_debiased_bin_means(run, float(config.share_floor)))
-            spreads.append(_replayed_score_spread(run, config))
+            means, spread = _replay(run, arm_config)
+            bins.append(means)
+            spreads.append(spread)
             if "weight" in run:
                 w = run.groupby("step")["weight"].agg(["max", "min"])
                 ratios.append((w["max"] / w["min"].where(w["min"] > 0)).to_numpy())
-        b = pd.concat(bins)
+        b = np.abs(np.concatenate(bins))
         loss = p["loss"].to_numpy(np.float64)
         ratio = np.concatenate(ratios) if ratios else np.array([np.nan])
         rows.append({
@@ -75,10 +99,10 @@ def signal_table(prompts: pd.DataFrame, arms: list[str], *, target_ratio: float 
             "loss_zero_share": float(np.mean(loss == 0.0)),
             "loss_sd": float(loss.std(ddof=1)) if loss.size > 1 else np.nan,
             "loss_abs_p99": float(np.quantile(np.abs(loss), 0.99)),
-            "bin_mean_abs_median": float(b["debiased"].abs().median()),
-            "bin_mean_abs_p99": float(b["debiased"].abs().quantile(0.99)),
+            "bin_mean_abs_median": float(np.median(b)),
+            "bin_mean_abs_p99": float(np.quantile(b, 0.99)),
             "score_spread_median": float(np.median(np.concatenate(spreads))),
-            "score_spread_needed": needed,
+            "score_spread_needed": math.log(target_ratio) / float(arm_config.eta),
             # a zero weight (the code's focus map) makes max/min infinite
             "weight_ratio_median": float(np.nanmedian(np.where(np.isnan(ratio), np.inf, ratio))),
         })

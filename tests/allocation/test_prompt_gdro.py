@@ -36,6 +36,23 @@ def test_debias_divides_by_floored_share():
     assert pg.scores.tolist() == pytest.approx([1 / 0.9, 1 / 0.3])
 
 
+def test_bin_means_is_what_observe_feeds_the_scores():
+    """The debiased bin mean is exposed once (report/gdro_signal.py reads it): 0 and not present
+    for absent bins, divided by the floored share under debias, raw without it; with beta = 1 the
+    scores after observe are exactly these means."""
+    ids, bins, losses = list(range(10)), [0] * 9 + [1], [1.0] * 9 + [2.0]
+    pg = PromptGDRO(n_bins=3, debias=True, share_floor=0.3, beta=1.0)
+    means, present = pg.bin_means(ids, bins, losses)
+    assert present.tolist() == [True, True, False]
+    assert means.tolist() == pytest.approx([1 / 0.9, 2 / 0.3, 0.0])
+    pg.observe(ids, bins, losses)
+    assert pg.scores.tolist() == pytest.approx(means.tolist())
+    raw, _ = PromptGDRO(n_bins=3, debias=False).bin_means(ids, bins, losses)
+    assert raw.tolist() == pytest.approx([1.0, 2.0, 0.0])
+    with pytest.raises(ValueError, match="prompt_losses has 1 entries"):
+        pg.bin_means([1, 2], [0, 1], [0.1])
+
+
 def test_clip_default_keeps_omega_within_cap():
     pg = PromptGDRO(n_bins=2)
     pg.scores = np.array([100.0, -100.0])

@@ -45,3 +45,34 @@ def test_signal_conclusion_states_the_finding_with_the_numbers():
     assert "zero by construction" in text and "50% of 12 per-prompt losses are exactly 0" in text
     assert "needs 0.28" in text and "Prompt-GDRO-code: median per-step max/min weight ∞" in text
     assert signal_conclusion(t[t["arm"] == "Prompt-GDRO-code"]) == ""  # paper arm missing: no claim
+
+
+def test_each_arm_is_replayed_under_its_own_options(tmp_path):
+    """The code arm's scores start at the first value (first_value, no clip): replayed under its
+    own options its score spread is the debiased first loss, not the paper rule's 0.12 × it.
+    Options come from ``configs`` or from the runs' config.json (``runs``)."""
+    import json
+
+    from replication.allocation.prompt_gdro import PromptGDROConfig
+    from replication.report.gdro_signal import arm_configs
+
+    rows = _records("Prompt-GDRO-code", [[0.1, 0.1, 0.0, 0.0]], [[1.0] * 4], [[0, 0, 1, 1]])
+    prompts = pd.DataFrame(rows)
+    paper = signal_table(prompts, ["Prompt-GDRO-code"]).iloc[0]
+    assert paper["score_spread_median"] == pytest.approx(0.12 * 0.2)
+    code_opts = {"first_score": "first_value", "clip_scores": False, "eta": 0.5, "focus_map": {"0": 0.0}}
+    own = signal_table(prompts, ["Prompt-GDRO-code"],
+                       configs={"Prompt-GDRO-code": PromptGDROConfig(**code_opts)}).iloc[0]
+    assert own["score_spread_median"] == pytest.approx(0.2)
+    assert own["score_spread_needed"] == pytest.approx(math.log(1.2) / 0.5)
+    runs = []
+    for seed in (0, 1):
+        d = tmp_path / f"s{seed}"
+        d.mkdir()
+        (d / "config.json").write_text(json.dumps({"rl": {"prompt_weights_options": code_opts}}))
+        runs.append({"arm": "Prompt-GDRO-code", "seed": seed, "dir": str(d)})
+    from_runs = signal_table(prompts, ["Prompt-GDRO-code"], runs=pd.DataFrame(runs)).iloc[0]
+    assert from_runs["score_spread_median"] == pytest.approx(0.2)
+    (tmp_path / "s1" / "config.json").write_text(json.dumps({"rl": {"prompt_weights_options": {}}}))
+    with pytest.raises(ValueError, match="Prompt-GDRO-code.*different"):
+        arm_configs(pd.DataFrame(runs), ["Prompt-GDRO-code"])
