@@ -6,6 +6,7 @@ prompt visits (docs/gradient_variance.md)."""
 from __future__ import annotations
 
 import dataclasses
+import json
 from pathlib import Path
 
 import numpy as np
@@ -30,6 +31,37 @@ def build_method(name: str, cfg: TrainConfig, pool: PromptPool,
             raise ValueError("vip-oracle needs the estimated success probabilities (truth=)")
         opts["success_probability"] = dict(truth)
     return make_allocator(registered, seed=seed, pool=pool, **opts)
+
+
+def embedded_pool(name: str, pool: PromptPool, options: dict | None = None,
+                  memo: dict | None = None) -> PromptPool:
+    """``pool`` with the embeddings the allocator of ``name`` would compute itself (its embedder
+    and embedder options, METHODS' own under ``options``), so the whole pool (5,500 prompts under
+    default) is embedded once per embedder and measurement, not at every checkpoint: ``memo``
+    (embedder settings → (pool ids, embeddings)) carries them across checkpoints. Methods whose
+    allocator embeds nothing get ``pool`` unchanged."""
+    from replication.allocation import PREDICTORS
+    from replication.allocation.embeddings import make_embedder
+
+    registered, extra = METHODS[name]
+    cls = ALLOCATORS[registered]
+    fields = {f.name: f for f in dataclasses.fields(cls.Config)}
+    if not getattr(cls, "uses_predictor", False) or "embedder" not in fields:
+        return pool
+    opts = {**extra, **dict(options or {})}
+
+    def setting(key):
+        f = fields[key]
+        return opts[key] if key in opts else (f.default_factory() if f.default is dataclasses.MISSING else f.default)
+
+    if not PREDICTORS.get(setting("predictor")).needs_embeddings:
+        return pool
+    embedder, embedder_options = setting("embedder"), dict(setting("embedder_options") or {})
+    key = json.dumps([embedder, embedder_options], sort_keys=True, default=str)
+    memo = {} if memo is None else memo
+    if key not in memo or memo[key][0] != tuple(pool.ids):
+        memo[key] = (tuple(pool.ids), make_embedder(embedder, **embedder_options)(list(pool.texts)))
+    return dataclasses.replace(pool, embeddings=memo[key][1])
 
 
 def replay_history(allocator: Allocator, records: pd.DataFrame, before_step: int,

@@ -15,7 +15,7 @@ import pandas as pd
 import torch
 
 from replication.allocation import PromptPool
-from replication.analysis.allocator_replay import build_method, load_records, replay_history
+from replication.analysis.allocator_replay import build_method, embedded_pool, load_records, replay_history
 from replication.analysis.gradient_draws import DrawSet, draw_gradients
 from replication.analysis.gradvar_config import GradVarConfig
 from replication.analysis.policy_gradient import PromptBatch, rollout_gradient
@@ -25,8 +25,11 @@ from replication.config import TrainConfig, to_dict
 
 
 def measure_checkpoint(cfg: TrainConfig, model_path: str | Path, step: int, records: pd.DataFrame,
-                       gv: GradVarConfig, log: Callable[[str], None] = print) -> pd.DataFrame:
-    """All methods' draws at one checkpoint; tidy summary rows with a ``step`` column."""
+                       gv: GradVarConfig, log: Callable[[str], None] = print,
+                       embeddings: dict | None = None) -> pd.DataFrame:
+    """All methods' draws at one checkpoint; tidy summary rows with a ``step`` column.
+    ``embeddings``: the pool embeddings already computed in this measurement (``embedded_pool``'s
+    memo, shared by the checkpoints)."""
     from replication.train.components import build_components
 
     cfg = dataclasses.replace(cfg, model=dataclasses.replace(cfg.model, path=str(model_path)))
@@ -62,7 +65,9 @@ def measure_checkpoint(cfg: TrainConfig, model_path: str | Path, step: int, reco
     sets: dict[str, DrawSet] = {}
     info = []
     for j, name in enumerate(gv.methods):
-        alloc = build_method(name, cfg, pool, truth=truth, seed=gv.seed, options=gv.method_options.get(name))
+        options = gv.method_options.get(name)
+        alloc = build_method(name, cfg, embedded_pool(name, pool, options, embeddings), truth=truth, seed=gv.seed,
+                             options=options)
         replayed = 0 if name == "vip-oracle" else replay_history(
             alloc, records, step, cfg.rl.reward_positive, cfg.rl.reward_negative)
 
@@ -91,7 +96,9 @@ def run_grad_variance(cfg: TrainConfig, run_dir: str | Path, out_dir: str | Path
     ckpts = train_uniform_checkpoints(cfg, run_dir, gv.steps, progress=progress)
     records = load_records(run_dir) if max(gv.steps) > 0 else pd.DataFrame(
         columns=["step", "prompt_id", "n", "successes", "loss"])
-    frames = [measure_checkpoint(cfg, ckpts[s], s, records, gv, log=log) for s in sorted(gv.steps)]
+    embeddings: dict = {}  # the pool is embedded once per embedder, not at every checkpoint
+    frames = [measure_checkpoint(cfg, ckpts[s], s, records, gv, log=log, embeddings=embeddings)
+              for s in sorted(gv.steps)]
     df = pd.concat(frames, ignore_index=True)
     out_dir.mkdir(parents=True, exist_ok=True)
     df.to_csv(out_dir / "gradient_variance.csv", index=False)

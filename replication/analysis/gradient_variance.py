@@ -46,7 +46,7 @@ The parts, one concept per module (this module re-exports their public names):
 
 from __future__ import annotations
 
-from replication.analysis.allocator_replay import build_method, load_records, replay_history
+from replication.analysis.allocator_replay import build_method, embedded_pool, load_records, replay_history
 from replication.analysis.checkpoint_measurement import measure_checkpoint, run_grad_variance
 from replication.analysis.gradient_draws import DrawSet, draw_gradients
 from replication.analysis.gradvar_config import METHODS, GradVarConfig
@@ -56,6 +56,6 @@ from replication.analysis.uniform_checkpoints import checkpoint_dir, train_unifo
 from replication.analysis.variance_statistics import METRICS, RATIO_METRICS, summarise_draws
 
 __all__ = ["METHODS", "METRICS", "RATIO_METRICS", "DrawSet", "GradVarConfig", "PromptBatch", "baseline_overrides",
-           "build_method", "checkpoint_dir", "draw_gradients", "flat_policy_gradient", "load_records", "measure",
-           "measure_checkpoint", "replay_history", "rollout_gradient", "run_grad_variance", "summarise_draws",
-           "train_uniform_checkpoints"]
+           "build_method", "checkpoint_dir", "draw_gradients", "embedded_pool", "flat_policy_gradient",
+           "load_records", "measure", "measure_checkpoint", "replay_history", "rollout_gradient",
+           "run_grad_variance", "summarise_draws", "train_uniform_checkpoints"]

@@ -239,3 +239,34 @@ def test_measure_caches_per_config_and_settings(base_model_dir, tmp_path, monkey
     gvm.measure("default", over, tmp_path / "d", draws=6, **kw)
     assert calls == [("grpo", 5), ("rloo", 5), ("grpo", 6)]
     assert a["n_draws"].iloc[0] == 5
+
+
+def test_the_pool_is_embedded_once_per_measurement(base_model_dir, monkeypatch):
+    """embedded_pool embeds the pool once per embedder setting and hands the same vectors to every
+    checkpoint's allocator; the allocator then holds exactly what it would have embedded itself;
+    methods that embed nothing get the pool unchanged."""
+    import replication.allocation.embeddings as emb_mod
+    from replication.allocation import PromptPool
+    from replication.analysis.gradient_variance import embedded_pool
+    from replication.config import load_profile
+
+    cfg = load_profile("default", {"model.path": base_model_dir})
+    pool = PromptPool(tuple(f"q{i}" for i in range(6)), tuple(f"{i}+{i}=" for i in range(6)))
+    calls = []
+    real = emb_mod.make_embedder
+
+    def counting(name, **opts):
+        calls.append(name)
+        return real(name, **opts)
+
+    memo: dict = {}
+    monkeypatch.setattr(emb_mod, "make_embedder", counting)
+    first = embedded_pool("vip-gp", pool, {"bandwidth": 0.4}, memo)
+    again = embedded_pool("vip-gp", pool, {"bandwidth": 0.4}, memo)  # the next checkpoint
+    assert calls == ["hashed-tfidf"] and again.embeddings is first.embeddings
+    assert embedded_pool("vip-ma", pool, None, memo) is pool and embedded_pool("dynamo", pool, None, memo) is pool
+    embedded_pool("vip-gp", pool, {"embedder_options": {"dim": 32}}, memo)  # another embedder setting
+    assert calls == ["hashed-tfidf", "hashed-tfidf"]
+    own = build_method("vip-gp", cfg, pool)  # embeds by itself
+    given = build_method("vip-gp", cfg, first)
+    assert np.array_equal(own._embeddings(), given._embeddings())
