@@ -76,3 +76,32 @@ def test_gp_options_keeps_only_gp_settings():
     GP's only."""
     assert predictor_study.gp_options({"bandwidth": 0.4, "lower": 4, "predictor": "gp"}) == {"bandwidth": 0.4}
     assert predictor_study.gp_options(None) == {}
+
+
+def test_notebook_overrides_reach_the_predictor_studys_texts(monkeypatch):
+    """A task override (here the pool seed) keeps the prompt ids but changes every text: the
+    predictor study must embed the texts the runs trained on, so ``prompt_texts`` takes the
+    notebook's overrides (the VIP notebook passes them) and the replay embeds those texts."""
+    from replication.config import load_profile
+    from replication.report import pipeline
+    from replication.tasks.data import build_data
+
+    over = {"task.options.seed": 7}
+    default, overridden = pipeline.prompt_texts("smoke"), pipeline.prompt_texts("smoke", over)
+    assert default.keys() == overridden.keys()
+    assert all(default[k] != overridden[k] for k in default)
+    trained = build_data(load_profile("smoke", over)).train  # the pool a run with the overrides trains on
+    assert overridden == dict(zip(trained.ids, trained.texts))
+    ids = list(overridden)[:6]
+    recs = pd.DataFrame([{"step": s, "prompt_id": pid, "n": 4, "successes": (s + i) % 5}
+                         for s in range(3) for i, pid in enumerate(ids)])
+    seen = {}
+    real = predictor_study.make_embedder
+
+    def recording(name, **opts):
+        embed = real(name, **opts)
+        return lambda texts: seen.setdefault("texts", list(texts)) and embed(texts)
+
+    monkeypatch.setattr(predictor_study, "make_embedder", recording)
+    replay_predictors(recs, overridden, predictors=("gp",))
+    assert seen["texts"] == [overridden[i] for i in ids]
