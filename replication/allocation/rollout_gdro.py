@@ -32,7 +32,11 @@ Loss signal. ``observe(..., prompt_losses=...)`` should receive the per-prompt t
 the step (gdro.md: mean over the prompt's rollouts of the token-mean PPO clipped surrogate, plus
 β_KL·KL in the paper). Without losses a fallback stands in for −Ĵ: 'nonzero_advantage' (default)
 uses −(fraction of the prompt's rollouts whose reward differs from its group mean, i.e. that get
-a non-zero group-centred advantage); 'success_variance' uses −p̂(1 − p̂) of the step.
+a non-zero group-centred advantage); 'success_variance' uses −p̂(1 − p̂) of the step. The
+paper's loss is exactly 0 at ratio 1 for group-centred advantages (docs/fidelity/gdro.md #11),
+so in training the bandits see almost nothing but μ·n; ``signal`` (not the paper's) makes one of
+the success-based signals the bandits' feedback even when the trainer passes losses
+(``allocator.options.signal``).
 """
 
 from __future__ import annotations
@@ -53,6 +57,7 @@ from replication.allocation.difficulty import (
 from replication.allocation.exp3p import EXP3P, EXP3PConfig
 
 FALLBACK_SIGNALS = ("nonzero_advantage", "success_variance")
+SIGNALS = ("loss", *FALLBACK_SIGNALS)
 DUAL_SIGNALS = ("expected", "realised")
 MU_COSTS = ("all_arms", "played_arm")
 
@@ -168,6 +173,13 @@ class RolloutGDRO(Allocator):
         """Prompt loss used when observe() gets no prompt_losses: 'nonzero_advantage' =
         −fraction of rollouts with non-zero group-centred advantage; 'success_variance' =
         −p̂(1 − p̂). The paper always has losses."""
+        signal: str = "loss"
+        """What each bin's bandit minimises besides μ·n. 'loss' (paper): the per-prompt training
+        loss the trainer passes to observe() (``fallback_signal`` only when it passes none, as
+        the allocation lab does). 'nonzero_advantage' or 'success_variance' (ours, not the
+        paper's): that success-based signal (``fallback_signal``'s definitions) even when losses
+        are passed — the paper's loss is ≈ 0 by construction (docs/fidelity/gdro.md #11), so
+        these are the signals the compute adversary can act on in training."""
 
     config: Config
 
@@ -187,6 +199,8 @@ class RolloutGDRO(Allocator):
             raise ValueError(f"{self.name}: mu_cost must be one of {MU_COSTS}, got {cfg.mu_cost!r}")
         if cfg.bin_loss_ema is not None and not 0.0 < float(cfg.bin_loss_ema) <= 1.0:
             raise ValueError(f"{self.name}: bin_loss_ema must be in (0, 1] or None, got {cfg.bin_loss_ema!r}")
+        if cfg.signal not in SIGNALS:
+            raise ValueError(f"{self.name}: signal must be one of {SIGNALS}, got {cfg.signal!r}")
         if cfg.fallback_signal not in FALLBACK_SIGNALS:
             raise ValueError(
                 f"{self.name}: fallback_signal must be one of {FALLBACK_SIGNALS}, got {cfg.fallback_signal!r}"
@@ -252,7 +266,9 @@ class RolloutGDRO(Allocator):
         # The classifier has not changed since plan(), so these are the bins the plan used.
         bins = self.classifier.bins(prompt_ids)
         rolled = counts > 0  # a prompt with no rollouts carries no signal this step
-        if prompt_losses is None:
+        if cfg.signal != "loss":  # a success-based signal chosen over the trainer's loss
+            prompt_losses = fallback_prompt_loss(counts, rewards, cfg.signal)
+        elif prompt_losses is None:
             prompt_losses = fallback_prompt_loss(counts, rewards, cfg.fallback_signal)
         probs = {int(b): self.bandits[int(b)].probabilities() for b in np.unique(bins)}
         demand = float(np.mean([probs[int(b)] @ self.arms for b in bins]))

@@ -178,6 +178,33 @@ def test_fallback_signals():
     assert alloc.bandits[5].scores.min() < 0  # −1 per prompt: the played arm looks good
 
 
+@pytest.mark.parametrize("signal", ["nonzero_advantage", "success_variance"])
+def test_success_signal_selectable_in_training_config(signal):
+    """``allocator.options.signal`` passes the config's validation and makes the bandits learn from
+    the success-based signal although the trainer passes its losses: the bandits end exactly as
+    those of an allocator that got no losses and fell back to the same signal, and unlike those of
+    the paper's default, which learns from the losses."""
+    from replication.config import load_profile
+
+    cfg = load_profile("smoke", {"allocator.name": "rollout-gdro", "allocator.options": {"signal": signal}})
+    chosen = make_allocator("rollout-gdro", seed=0, **cfg.allocator.options)
+    fallback = make_allocator("rollout-gdro", seed=0, fallback_signal=signal)
+    paper = make_allocator("rollout-gdro", seed=0)
+    rng = np.random.default_rng(0)
+    ids = list(range(12))
+    for _ in range(4):
+        counts = chosen.plan(ids, 48)
+        assert np.array_equal(counts, fallback.plan(ids, 48)) and np.array_equal(counts, paper.plan(ids, 48))
+        rewards = (rng.uniform(size=48) < 0.5).astype(float)
+        losses = rng.normal(size=len(ids))
+        chosen.observe(ids, counts, rewards, prompt_losses=losses)
+        fallback.observe(ids, counts, rewards)  # no losses: the fallback
+        paper.observe(ids, counts, rewards, prompt_losses=losses)
+    scores = lambda a: np.stack([b.scores for b in a.bandits])  # noqa: E731
+    assert np.array_equal(scores(chosen), scores(fallback))
+    assert not np.allclose(scores(chosen), scores(paper))
+
+
 def run_steps(alloc, ids, steps, rng):
     plans = []
     for _ in range(steps):
@@ -232,6 +259,7 @@ def test_keyed_by_id_under_shuffles():
         ({"dual_signal": "x"}, "dual_signal"),
         ({"mu_cost": "x"}, "mu_cost"),
         ({"fallback_signal": "x"}, "fallback_signal"),
+        ({"signal": "x"}, "signal"),
         ({"hysteresis": 2.0}, "hysteresis"),
         ({"n_bins": 0}, "n_bins"),
         ({"colour": 1}, "colour"),
