@@ -62,6 +62,10 @@ REL_TOL = 1e-6
 ABS_TOL = 1e-9
 TIMING_SUFFIXES = ("_seconds",)
 """Fields dropped from every file: wall-clock times differ between machines and runs."""
+ENVIRONMENT_FILE = GOLDEN_DIR / "ENVIRONMENT.json"
+"""What the numbers depend on beyond the code (docs/reproducibility.md): package versions and the
+CPU's vector instruction sets. Written by --update; elsewhere a run is not comparable bit for bit."""
+PACKAGES = ("torch", "transformers", "numpy", "sentence-transformers")
 
 
 @dataclass(frozen=True)
@@ -136,6 +140,39 @@ def _with_encoder(overrides: dict, encoder: Path | None) -> dict:
     opts = dict(overrides["allocator.options"])
     opts["embedder_options"] = {**opts["embedder_options"], "model_path": str(encoder)}
     return {**overrides, "allocator.options": opts}
+
+
+def environment() -> dict[str, Any]:
+    """Package versions and CPU instruction-set families (AVX2 / AVX-512 / AMX pick different
+    kernels that round differently), nothing else of the machine."""
+    import importlib.metadata
+    import platform
+
+    versions = {}
+    for name in PACKAGES:
+        try:
+            versions[name] = importlib.metadata.version(name)
+        except importlib.metadata.PackageNotFoundError:
+            versions[name] = None
+    flags: set[str] = set()
+    with contextlib.suppress(OSError):
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("flags"):
+                flags = set(line.split(":", 1)[1].split())
+                break
+    isa = sorted(f for f in ("avx2", "avx512f", "avx512_bf16", "avx512_vnni", "amx_tile") if f in flags)
+    return {"packages": versions, "machine": platform.machine(), "cpu_isa": isa}
+
+
+def environment_differences() -> list[str]:
+    """How this environment differs from the one that made the golden files (empty: the same)."""
+    if not ENVIRONMENT_FILE.exists():
+        return [f"{ENVIRONMENT_FILE.relative_to(ROOT)} missing"]
+    made, now = json.loads(ENVIRONMENT_FILE.read_text()), environment()
+    out = [f"{k}={now['packages'].get(k)} (golden: {v})" for k, v in made["packages"].items()
+           if now["packages"].get(k) != v]
+    out += [f"{k}={now[k]} (golden: {made[k]})" for k in ("machine", "cpu_isa") if now[k] != made[k]]
+    return out
 
 
 def _drop_timings(x: Any) -> Any:
@@ -275,6 +312,12 @@ def main(argv: list[str] | None = None) -> int:
             print(f"error: unknown arm {unknown[0]!r}; known: {sorted(known)}", file=sys.stderr)
             return 2
         arms = [known[a] for a in args.arms]
+    if args.update:
+        ENVIRONMENT_FILE.write_text(json.dumps(environment(), indent=1, sort_keys=True) + "\n")
+    else:
+        for line in environment_differences():
+            print(f"warning: another environment than the golden files': {line}; numbers may move "
+                  f"without a code change (docs/reproducibility.md)", file=sys.stderr)
     failed = 0
     with tempfile.TemporaryDirectory(prefix="golden-") as tmp:
         encoder = export_encoder(Path(tmp) / "encoder") if any(a.needs_encoder for a in arms) else None
