@@ -218,7 +218,7 @@ def coverage(prompts: list[dict]) -> dict[str, int]:
 # ----------------------------------------------------------------------------- files
 
 
-def dumps(name: str, data: Any) -> str:
+def dumps(data: Any) -> str:
     """Rows one per line (a changed step or prompt is one diff line); a mapping indented."""
     if isinstance(data, list):
         return "[\n" + ",\n".join(json.dumps(r, sort_keys=True) for r in data) + "\n]\n"
@@ -228,7 +228,7 @@ def dumps(name: str, data: Any) -> str:
 def write_golden(arm: GoldenArm, contents: dict[str, Any]) -> None:
     arm.dir.mkdir(parents=True, exist_ok=True)
     for name in FILES:
-        (arm.dir / name).write_text(dumps(name, contents[name]))
+        (arm.dir / name).write_text(dumps(contents[name]))
     (arm.dir / "arm.json").write_text(json.dumps(
         {"paper": arm.paper, "arm": arm.name, "profile": PROFILE, "seed": SEED, "overrides": arm.overrides},
         indent=1, sort_keys=True) + "\n")
