@@ -6,6 +6,7 @@ from __future__ import annotations
 import copy
 import dataclasses
 import json
+import shutil
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -17,11 +18,12 @@ import torch
 from replication.allocation import PromptPool
 from replication.analysis.allocator_replay import build_method, embedded_pool, load_records, replay_history
 from replication.analysis.gradient_draws import DrawSet, draw_gradients
-from replication.analysis.gradvar_config import GradVarConfig
+from replication.analysis.gradvar_config import KIND, GradVarConfig
 from replication.analysis.policy_gradient import PromptBatch, rollout_gradient
 from replication.analysis.uniform_checkpoints import train_uniform_checkpoints
 from replication.analysis.variance_statistics import summarise_draws
 from replication.config import TrainConfig, to_dict
+from replication.store import staged_dir, writer_lock
 
 
 def measure_checkpoint(cfg: TrainConfig, model_path: str | Path, step: int, records: pd.DataFrame,
@@ -88,21 +90,36 @@ def measure_checkpoint(cfg: TrainConfig, model_path: str | Path, step: int, reco
 
 
 def run_grad_variance(cfg: TrainConfig, run_dir: str | Path, out_dir: str | Path, gv: GradVarConfig,
-                      progress: bool = False, log: Callable[[str], None] = print) -> pd.DataFrame:
+                      progress: bool = False, log: Callable[[str], None] = print,
+                      extra: dict | None = None) -> pd.DataFrame:
     """Train (or reuse) the uniform run's checkpoints, measure every checkpoint, write
     OUT/gradient_variance.csv (tidy: step, method, metric, value, lo, hi, n_draws) and
-    OUT/gradient_variance.json (the settings)."""
+    OUT/gradient_variance.json (the settings).
+
+    OUT has one writer (``writer_lock``: a second measurement into it gets one line naming the
+    folder and the holder, before any compute) and is complete or absent: written beside its
+    place with a manifest (kind ``KIND``; ``extra`` and the steps in it) and renamed in at the end,
+    so a killed measurement leaves the previous OUT, or none."""
     out_dir = Path(out_dir)
-    ckpts = train_uniform_checkpoints(cfg, run_dir, gv.steps, progress=progress)
-    records = load_records(run_dir) if max(gv.steps) > 0 else pd.DataFrame(
-        columns=["step", "prompt_id", "n", "successes", "loss"])
-    embeddings: dict = {}  # the pool is embedded once per embedder, not at every checkpoint
-    frames = [measure_checkpoint(cfg, ckpts[s], s, records, gv, log=log, embeddings=embeddings)
-              for s in sorted(gv.steps)]
-    df = pd.concat(frames, ignore_index=True)
-    out_dir.mkdir(parents=True, exist_ok=True)
-    df.to_csv(out_dir / "gradient_variance.csv", index=False)
-    settings = {"grad_variance": dataclasses.asdict(gv), "profile": cfg.profile, "train_config": to_dict(cfg),
-                "run_dir": str(run_dir)}
-    (out_dir / "gradient_variance.json").write_text(json.dumps(settings, indent=1, default=str))
+    with writer_lock(out_dir, "a gradient-variance measurement"):
+        _remove_orphans(out_dir)
+        ckpts = train_uniform_checkpoints(cfg, run_dir, gv.steps, progress=progress)
+        records = load_records(run_dir) if max(gv.steps) > 0 else pd.DataFrame(
+            columns=["step", "prompt_id", "n", "successes", "loss"])
+        embeddings: dict = {}  # the pool is embedded once per embedder, not at every checkpoint
+        frames = [measure_checkpoint(cfg, ckpts[s], s, records, gv, log=log, embeddings=embeddings)
+                  for s in sorted(gv.steps)]
+        df = pd.concat(frames, ignore_index=True)
+        settings = {"grad_variance": dataclasses.asdict(gv), "profile": cfg.profile, "train_config": to_dict(cfg),
+                    "run_dir": str(run_dir)}
+        with staged_dir(out_dir, kind=KIND, extra={"steps": sorted(gv.steps), **dict(extra or {})}) as tmp:
+            df.to_csv(tmp / "gradient_variance.csv", index=False)
+            (tmp / "gradient_variance.json").write_text(json.dumps(settings, indent=1, default=str))
     return df
+
+
+def _remove_orphans(out_dir: Path) -> None:
+    """Temporary folders a killed writer of ``out_dir`` left beside it (the caller holds its lock,
+    so no live writer owns them)."""
+    for orphan in out_dir.parent.glob(f".{out_dir.name}.tmp-*"):
+        shutil.rmtree(orphan, ignore_errors=True)

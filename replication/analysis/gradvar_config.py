@@ -23,6 +23,10 @@ METHODS: dict[str, tuple[str, dict]] = {
 VIP with true p is ``vip-oracle``; ``inverse-accuracy`` uses a moving-average p̂ as in the lab."""
 
 
+KIND = "gradient-variance"
+"""The manifest kind of a measurement folder (replication/store)."""
+
+
 @dataclasses.dataclass
 class GradVarConfig:
     """Settings of the measurement (the training settings come from the profile)."""

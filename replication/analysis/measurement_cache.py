@@ -1,10 +1,29 @@
 """What a paper notebook calls: one gradient-variance measurement per base config, cached, copied
-to the notebook's output folder."""
+to the notebook's output folder — each of them one writer, complete or absent, verified on read.
+
+The cache entry ``cache_root/<key>`` is keyed by ``measurement_key``: the resolved training
+config, the measurement settings, the base model's files, the training code digest the run cache
+uses (``run_cache.code_digest``: editing an allocator changes the key) and the digest of this
+measurement's own code (replication/analysis). Both folders are written by ``run_grad_variance``
+or ``staged_dir`` with a manifest (kind ``gradient-variance``, the key in ``extra``) and read
+only once it verifies:
+
+- a damaged (or manifest-less) cache entry is measured again, with a warning naming it;
+- the output folder (committed under results/<paper>/gradient_variance) is used as it is when its
+  manifest carries the same key; if it then does not verify, the call stops with an error naming
+  it, since committed evidence is never silently replaced. An output folder of another key (or
+  none) is replaced from the cache.
+
+A second measurement of the same key while one runs gets one line (``LockHeld``) naming the
+cache folder and the holder's pid, command and start time, before any compute.
+"""
 
 from __future__ import annotations
 
 import dataclasses
+import hashlib
 import json
+import os
 import shutil
 from collections.abc import Callable
 from pathlib import Path
@@ -12,8 +31,35 @@ from pathlib import Path
 import pandas as pd
 
 from replication.analysis.checkpoint_measurement import run_grad_variance
-from replication.analysis.gradvar_config import GradVarConfig
-from replication.config import to_dict
+from replication.analysis.gradvar_config import KIND, GradVarConfig
+from replication.code_digest import PACKAGE, code_digest
+from replication.config import TrainConfig, to_dict
+from replication.store import MANIFEST, DamagedArtifact, staged_dir, verify_manifest, writer_lock
+from replication.store.manifest import read_manifest
+
+FILES = ("gradient_variance.csv", "gradient_variance.json")
+"""What a measurement folder holds (besides its manifest)."""
+MODEL_SUFFIXES = (".json", ".safetensors", ".bin", ".model", ".txt")
+
+
+def measurement_key(cfg: TrainConfig, gv: GradVarConfig, package: str | Path | None = None) -> str:
+    """16 hex over what a measurement depends on: the resolved config, the settings, the base
+    model's files, the training code (the run cache's ``code_digest``) and replication/analysis.
+    ``package``: the package folder whose code is hashed (default: this one; tests pass a copy)."""
+    from replication.orchestration.run_cache import code_digest as training_code
+
+    pkg = Path(package) if package is not None else PACKAGE
+    h = hashlib.sha256()
+    h.update(json.dumps({"cfg": to_dict(cfg), "gv": dataclasses.asdict(gv), "training_code": training_code(pkg),
+                         "measurement_code": code_digest(pkg, include=("analysis",))},
+                        sort_keys=True, default=str).encode())
+    model_dir = Path(cfg.model.path)
+    if model_dir.is_dir():
+        for f in sorted(model_dir.iterdir()):
+            if f.is_file() and f.suffix in MODEL_SUFFIXES:
+                h.update(f.name.encode())
+                h.update(f.read_bytes())
+    return h.hexdigest()[:16]
 
 
 def baseline_overrides(section: str, baseline: str, params_file: str | Path = "params.yaml",
@@ -28,18 +74,49 @@ def baseline_overrides(section: str, baseline: str, params_file: str | Path = "p
     return {**(sec.get("base") or {}), **sec["arms"][baseline], **dict(overrides or {})}
 
 
+def _current_output(out_dir: Path, key: str, log: Callable[[str], None]) -> bool:
+    """True when ``out_dir`` holds this key's measurement and it verifies; DamagedArtifact naming
+    it when its manifest is unreadable, or names this key but does not verify (committed evidence
+    is not replaced silently); False when it holds another key's measurement, or one written
+    without a manifest (before issue 18), or none."""
+    if not (out_dir / MANIFEST).exists():
+        if out_dir.exists():
+            log(f"grad-variance: {out_dir} has no {MANIFEST} (written before manifests); replaced by key {key}")
+        return False
+    try:
+        found = (read_manifest(out_dir).get("extra") or {}).get("key")
+        if found != key:
+            log(f"grad-variance: {out_dir} holds the measurement of key {found}; replaced by key {key}")
+            return False
+        verify_manifest(out_dir, kind=KIND)
+    except DamagedArtifact as e:
+        raise DamagedArtifact(f"{e}; {out_dir} is a damaged gradient-variance measurement: restore it "
+                              f"(git checkout {out_dir}) or remove it to measure again") from None
+    return True
+
+
+def _usable_cache(cache: Path, log: Callable[[str], None]) -> bool:
+    """True when the cache entry verifies; a damaged entry is reported (a warning naming it) and
+    measured again."""
+    if not cache.exists():
+        return False
+    try:
+        verify_manifest(cache, kind=KIND)
+    except DamagedArtifact as e:
+        log(f"grad-variance: WARNING: cached measurement damaged ({e}); measuring again")
+        return False
+    return True
+
+
 def measure(profile: str, overrides: dict | None, out_dir: str | Path, cache_root: str | Path | None = None,
             log: Callable[[str], None] = print, **settings) -> pd.DataFrame:
     """What a paper notebook calls: ``run_grad_variance`` for ``profile`` + ``overrides`` (the
-    paper's base keys), cached under ``cache_root/<key>`` where the key hashes the resolved
-    training config, the measurement settings, the base model's files and this module's source —
-    so the papers that share a base (DynaMO and GDRO) measure once. Copies the CSV/JSON to
+    paper's base keys), cached under ``cache_root/<measurement_key>`` — so the papers that share
+    a base (DynaMO and GDRO) measure once. Copies the CSV/JSON with their manifest to
     ``out_dir`` and returns the frame. ``settings``: GradVarConfig fields (steps, draws, ...);
     steps None = (0, a third of the profile's steps, all of them). ``cache_root`` None =
-    $REPLICATION_RUN_CACHE/gradvar (the run cache's root, default .cache/runs)."""
-    import hashlib
-    import os
-
+    $REPLICATION_RUN_CACHE/gradvar (the run cache's root, default .cache/runs). One writer,
+    complete or absent, verified on read: the module docstring."""
     from replication.config import load_profile
 
     cfg = load_profile(profile, dict(overrides or {}))
@@ -48,23 +125,23 @@ def measure(profile: str, overrides: dict | None, out_dir: str | Path, cache_roo
     if cache_root is None:
         cache_root = Path(os.environ.get("REPLICATION_RUN_CACHE", ".cache/runs")) / "gradvar"
     gv = GradVarConfig(**settings)
-    h = hashlib.sha256()
-    h.update(json.dumps({"cfg": to_dict(cfg), "gv": dataclasses.asdict(gv)}, sort_keys=True, default=str).encode())
-    model_dir = Path(cfg.model.path)
-    if model_dir.is_dir():
-        for f in sorted(model_dir.iterdir()):
-            if f.is_file() and f.suffix in (".json", ".safetensors", ".bin", ".model", ".txt"):
-                h.update(f.name.encode())
-                h.update(f.read_bytes())
-    h.update(Path(__file__).read_bytes())
-    cache = Path(cache_root) / h.hexdigest()[:16]
-    out_dir = Path(out_dir)
-    if not (cache / "gradient_variance.csv").exists():
-        run_grad_variance(cfg, cache / "run", cache, gv, log=log)
-        shutil.rmtree(cache / "run", ignore_errors=True)  # checkpoints are not needed once measured
-    else:
-        log(f"grad-variance: cached {cache}")
-    out_dir.mkdir(parents=True, exist_ok=True)
-    for name in ("gradient_variance.csv", "gradient_variance.json"):
-        shutil.copy2(cache / name, out_dir / name)
-    return pd.read_csv(out_dir / "gradient_variance.csv")
+    key = measurement_key(cfg, gv)
+    cache, out_dir = Path(cache_root) / key, Path(out_dir)
+    with writer_lock(out_dir, "a gradient-variance measurement"):
+        if _current_output(out_dir, key, log):
+            log(f"grad-variance: {out_dir} is current (key {key})")
+            return pd.read_csv(out_dir / FILES[0])
+        with writer_lock(cache, "a gradient-variance measurement"):
+            if _usable_cache(cache, log):
+                log(f"grad-variance: cached {cache}")
+            else:
+                # the uniform run beside the entry (a dot name: never part of it); a killed
+                # measurement resumes from its checkpoints, a finished one removes it
+                run_dir = cache.parent / f".{key}.uniform-run"
+                run_grad_variance(cfg, run_dir, cache, gv, log=log, extra={"key": key, "profile": profile})
+                shutil.rmtree(run_dir, ignore_errors=True)
+            extra = read_manifest(cache).get("extra")
+            with staged_dir(out_dir, kind=KIND, extra=extra) as tmp:
+                for name in FILES:
+                    shutil.copy2(cache / name, tmp / name)
+    return pd.read_csv(out_dir / FILES[0])

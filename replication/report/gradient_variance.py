@@ -20,12 +20,18 @@ Dr. GRPO is GRPO without the std division)."""
 
 
 def load_gradient_variance(path: str | Path) -> pd.DataFrame:
-    """Read OUT/gradient_variance.csv (or the folder holding it)."""
+    """Read OUT/gradient_variance.csv (or the folder holding it) once the folder's manifest
+    verifies (replication/store): a damaged or incomplete measurement raises DamagedArtifact
+    naming it rather than feeding a table."""
+    from replication.analysis.gradvar_config import KIND
+    from replication.store import verify_manifest
+
     p = Path(path)
     if p.is_dir():
         p = p / "gradient_variance.csv"
     if not p.exists():
         raise FileNotFoundError(f"{p} does not exist: run `python -m replication grad-variance` first")
+    verify_manifest(p.parent, kind=KIND)
     return pd.read_csv(p)
 
 

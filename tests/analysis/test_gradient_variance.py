@@ -216,31 +216,6 @@ def test_cli_rejects_steps_beyond_the_profile(small_overrides, tmp_path, capsys)
     assert "--steps" in capsys.readouterr().err
 
 
-def test_measure_caches_per_config_and_settings(base_model_dir, tmp_path, monkeypatch):
-    """Same profile, overrides and settings → one measurement; a changed setting → a new one."""
-    import replication.analysis.measurement_cache as gvm
-
-    calls = []
-
-    def fake(cfg, run_dir, out_dir, gv, progress=False, log=print):
-        calls.append((cfg.rl.estimator, gv.draws))
-        out_dir.mkdir(parents=True, exist_ok=True)
-        pd.DataFrame([{"step": 0, "method": "uniform", "metric": "nonzero_share", "value": 0.5, "lo": 0.4,
-                       "hi": 0.6, "n_draws": gv.draws}]).to_csv(out_dir / "gradient_variance.csv", index=False)
-        (out_dir / "gradient_variance.json").write_text("{}")
-
-    monkeypatch.setattr(gvm, "run_grad_variance", fake)
-    kw = dict(cache_root=tmp_path / "cache", log=lambda m: None)
-    over = {"model.path": base_model_dir}
-    a = gvm.measure("default", over, tmp_path / "a", draws=5, **kw)
-    gvm.measure("default", over, tmp_path / "b", draws=5, **kw)
-    assert len(calls) == 1 and (tmp_path / "b" / "gradient_variance.csv").exists()
-    gvm.measure("default", {**over, "rl.estimator": "rloo"}, tmp_path / "c", draws=5, **kw)
-    gvm.measure("default", over, tmp_path / "d", draws=6, **kw)
-    assert calls == [("grpo", 5), ("rloo", 5), ("grpo", 6)]
-    assert a["n_draws"].iloc[0] == 5
-
-
 def test_the_pool_is_embedded_once_per_measurement(base_model_dir, monkeypatch):
     """embedded_pool embeds the pool once per embedder setting and hands the same vectors to every
     checkpoint's allocator; the allocator then holds exactly what it would have embedded itself;
