@@ -9,6 +9,10 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from replication.config import TrainConfig
+from replication.store import is_complete, staged_dir
+
+CHECKPOINT_KIND = "gradient-variance-checkpoint"
+"""The manifest kind of a checkpoint's HF model folder."""
 
 
 def checkpoint_dir(run_dir: Path, step: int) -> Path:
@@ -19,7 +23,8 @@ def train_uniform_checkpoints(cfg: TrainConfig, run_dir: str | Path, steps: Sequ
                               progress: bool = False) -> dict[int, Path]:
     """Train the profile's uniform run in ``run_dir`` (resuming between checkpoints) and keep
     an HF model folder at each step; step 0 is the profile's base model. Existing folders are
-    reused, so a second call trains nothing."""
+    reused, so a second call trains nothing. Each folder is complete or absent (copied beside its
+    place with a manifest, renamed in): a measurement killed mid-copy never reuses half a model."""
     from replication.train.loop import train
 
     run_dir = Path(run_dir)
@@ -30,17 +35,16 @@ def train_uniform_checkpoints(cfg: TrainConfig, run_dir: str | Path, steps: Sequ
             out[0] = Path(cfg.model.path)
             continue
         dest = checkpoint_dir(run_dir, s)
-        if not (dest / "config.json").exists():
+        if not is_complete(dest, kind=CHECKPOINT_KIND):
             from replication.train.checkpoint import load_checkpoint
 
             ck = load_checkpoint(run_dir)
             if ck is not None and ck["step"] > s:
                 raise ValueError(f"{run_dir} is already past step {s} (at {ck['step']}) and has no "
-                                 f"checkpoint folder for it; use a fresh --run folder")
+                                 f"complete checkpoint folder for it ({dest}); use a fresh --run folder")
             train(cfg, run_dir, max_steps=s, resume=ck is not None, overwrite=ck is None,
                   progress=progress)
-            if dest.exists():
-                shutil.rmtree(dest)
-            shutil.copytree(run_dir / "model", dest)
+            with staged_dir(dest, kind=CHECKPOINT_KIND, extra={"step": s}) as tmp:
+                shutil.copytree(run_dir / "model", tmp, dirs_exist_ok=True)
         out[s] = dest
     return out

@@ -219,3 +219,33 @@ def test_settings_json_and_manifest_record_the_measurement(model, tmp_path, stub
     _measure(model, tmp_path / "a", tmp_path / "cache")
     settings = json.loads((tmp_path / "a" / "gradient_variance.json").read_text())
     assert settings["grad_variance"]["draws"] == 3 and settings["profile"] == "smoke"
+
+
+def test_a_half_copied_checkpoint_folder_is_made_again(tmp_path, monkeypatch):
+    """A measurement killed while copying a checkpoint's model folder left config.json and part of
+    the weights: the folder is not complete, so the next measurement copies it again."""
+    import replication.train.checkpoint as ckpt_mod
+    import replication.train.loop as loop
+    from replication.analysis.uniform_checkpoints import CHECKPOINT_KIND, checkpoint_dir, train_uniform_checkpoints
+
+    trained = []
+
+    def fake_train(cfg, run_dir, max_steps, **kw):
+        trained.append(max_steps)
+        (run_dir / "model").mkdir(parents=True, exist_ok=True)
+        (run_dir / "model" / "config.json").write_text("{}")
+        (run_dir / "model" / "model.safetensors").write_bytes(b"w" * 64)
+
+    monkeypatch.setattr(loop, "train", fake_train)
+    monkeypatch.setattr(ckpt_mod, "load_checkpoint", lambda run_dir: None)
+    cfg = load_profile("smoke", {"model.path": str(tmp_path / "base")})
+    run = tmp_path / "run"
+    dest = checkpoint_dir(run, 2)
+    dest.mkdir(parents=True)
+    (dest / "config.json").write_text("{}")
+    (dest / "model.safetensors").write_bytes(b"w" * 10)  # cut short
+    out = train_uniform_checkpoints(cfg, run, (0, 2))
+    assert trained == [2] and out[2] == dest
+    assert verify_manifest(dest, kind=CHECKPOINT_KIND)["files"]["model.safetensors"]["size"] == 64
+    train_uniform_checkpoints(cfg, run, (0, 2))  # complete now: reused
+    assert trained == [2]
