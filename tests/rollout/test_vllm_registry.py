@@ -1,0 +1,94 @@
+"""The vLLM engine's registry entry, config keys, supported versions and the train command's
+pre-flight errors (no vLLM needed)."""
+
+from __future__ import annotations
+
+import pytest
+
+from replication.__main__ import main
+from replication.config import ConfigError, load_profile
+from replication.engines import (
+    ENGINES,
+    VLLM_SUPPORTED,
+    EnginePlacement,
+    EngineUnavailable,
+    check_vllm_version,
+    vllm_version_tuple,
+)
+
+from .vllm_fakes import HAVE_VLLM
+
+
+def test_registry_names_and_default_engine():
+    assert ENGINES.names() == ["hf", "vllm"]
+    assert load_profile("default").rollout.engine == "hf"
+    for paper in ("paper-vip", "paper-dynamo", "paper-gdro"):
+        assert load_profile(paper).rollout.engine == "vllm"
+
+
+@pytest.mark.parametrize("key, value, needle", [
+    ("rollout.engine", "sglang", "unknown rollout engine 'sglang'"),
+    ("rollout.vllm.request_mode", "batch", "rollout.vllm.request_mode"),
+    ("rollout.vllm.logprobs_mode", "processed_logits", "rollout.vllm.logprobs_mode"),
+    ("rollout.vllm.tensor_parallel_size", 0, "rollout.vllm.tensor_parallel_size"),
+    ("rollout.vllm.old_logprobs", "both", "rollout.vllm.old_logprobs"),
+    ("rollout.vllm.weight_sync", "nccl", "rollout.vllm.weight_sync"),
+    ("rollout.vllm.process_mode", "threads", "rollout.vllm.process_mode"),
+    ("rollout.vllm.bogus", 1, "rollout.vllm.bogus"),
+])
+def test_engine_config_errors_name_the_key(key, value, needle):
+    with pytest.raises(ConfigError, match=needle):
+        load_profile("default", {key: value})
+
+
+def test_memory_sync_needs_an_in_process_engine():
+    with pytest.raises(ConfigError, match="weight_sync"):
+        load_profile("default", {"rollout.vllm.weight_sync": "memory",
+                                 "rollout.vllm.process_mode": "multi-process"})
+
+
+def test_version_range():
+    assert vllm_version_tuple("0.32.0") == (0, 32)
+    assert vllm_version_tuple("0.16.1rc1.dev5+gabc") == (0, 16)
+    check_vllm_version("0.16.0")
+    check_vllm_version("0.32.0")
+    for old in ("0.8.5", "0.11.2", "0.15.1"):
+        with pytest.raises(ValueError, match=r"not supported: this engine needs vllm >= 0.16"):
+            check_vllm_version(old)
+    with pytest.raises(ValueError, match="not supported"):
+        check_vllm_version(f"{VLLM_SUPPORTED[1][0]}.0.0")
+
+
+@pytest.mark.skipif(HAVE_VLLM, reason="vllm is installed here: the missing-vllm path cannot run")
+def test_train_with_vllm_absent_exits_2_before_any_compute(tmp_path, capsys, monkeypatch):
+    def no_data(cfg):  # the check must come before data (and so before the model) is built
+        raise AssertionError("data was built before the engine check")
+
+    monkeypatch.setattr("replication.train.components.build_data", no_data)
+    rc = main(["train", "--profile", "default", "--seed", "0", "--out", str(tmp_path / "x"),
+               "--set", "rollout.engine=vllm"])
+    assert rc == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "rollout.engine" in err[0]
+    assert "pip install 'replication[gpu]'" in err[0] and "scripts/vllm_cpu_env.sh" in err[0]
+    assert not (tmp_path / "x").exists()
+
+
+def test_unsupported_installed_version_is_a_config_error(monkeypatch):
+    entry = ENGINES.get("vllm")
+    monkeypatch.setattr("importlib.util.find_spec", lambda name: object())
+    monkeypatch.setattr("replication.engines._installed_version", lambda d: "0.11.0")
+    with pytest.raises(EngineUnavailable, match=r"vLLM 0.11.0 is not supported"):
+        entry.check_available()
+    from replication.train.setup import check_engine
+
+    with pytest.raises(ConfigError, match=r"^rollout.engine: vLLM 0.11.0 is not supported"):
+        check_engine(load_profile("default", {"rollout.engine": "vllm"}))
+
+
+def test_placement_from_env():
+    assert EnginePlacement.from_env({}) == EnginePlacement(0, 1, 0)
+    p = EnginePlacement.from_env({"RANK": "3", "WORLD_SIZE": "4", "LOCAL_RANK": "1"})
+    assert (p.rank, p.world_size, p.local_rank) == (3, 4, 1)
+    with pytest.raises(ValueError, match="bad placement"):
+        EnginePlacement(rank=2, world_size=2)
