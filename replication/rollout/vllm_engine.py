@@ -86,7 +86,8 @@ class VLLMRolloutEngine(VLLMWeightSync):
                  placement: EnginePlacement = EnginePlacement(), in_process: bool = False,
                  add_special_tokens: bool = False, eos_token_ids: Iterable[int] | None = None,
                  params_factory: Callable[..., Any] | None = None,
-                 default_max_new_tokens: int = 16) -> None:
+                 default_max_new_tokens: int = 16,
+                 pass_sync: Callable[[int], int] | None = None) -> None:
         self.llm = llm
         self.tokenizer = tokenizer
         self.options = options
@@ -114,9 +115,10 @@ class VLLMRolloutEngine(VLLMWeightSync):
         """Mean |Δ log p| of the last sync check (None before the first)."""
         self.timings: dict[str, float] = {}
         """Seconds of the last generate / old log-prob recompute / sync (the trainer logs them)."""
-        self.pass_sync: Callable[[int], int] | None = None
-        """Set by an FSDP trainer (train/fsdp.py): the ranks' largest pass count for a count, so
-        the old-log-prob recompute runs as many passes over the sharded policy on every rank."""
+        self.pass_sync = pass_sync
+        """Given by an FSDP trainer (train/fsdp.py, through the registry's ``policy_passes``): the
+        ranks' largest pass count for a count, so the old-log-prob recompute runs as many passes
+        over the sharded policy on every rank. None: one process, or a replicated policy."""
 
     # -- construction -------------------------------------------------------------------------
 
@@ -134,15 +136,16 @@ class VLLMRolloutEngine(VLLMWeightSync):
 
     @classmethod
     def from_train_config(cls, cfg: Any, model: torch.nn.Module, tokenizer: Any,
-                          add_special_tokens: bool, placement: EnginePlacement | None = None
-                          ) -> "VLLMRolloutEngine":
+                          add_special_tokens: bool, placement: EnginePlacement | None = None,
+                          pass_sync: Callable[[int], int] | None = None) -> "VLLMRolloutEngine":
         """The engine a training run uses: vLLM loads ``model.path`` in ``model.dtype``; the
         trainer's ``model`` is the policy it syncs from and recomputes old log-probs with."""
         engine = cls.start(cfg.model.path, tokenizer, cfg.rollout.vllm, dtype=cfg.model.dtype,
                            seed=cfg.seed, placement=placement, policy=model,
                            add_special_tokens=add_special_tokens,
                            eos_token_ids=_eos_ids(model, tokenizer),
-                           default_max_new_tokens=cfg.rollout.sampling.max_new_tokens)
+                           default_max_new_tokens=cfg.rollout.sampling.max_new_tokens,
+                           pass_sync=pass_sync)
         engine.sync_weights(model)  # also checks that vLLM and the trainer agree from step 0
         return engine
 
@@ -259,9 +262,11 @@ class VLLMRolloutEngine(VLLMWeightSync):
 
 
 def build_from_config(cfg: Any, model: torch.nn.Module, tokenizer: Any, add_special_tokens: bool,
-                      placement: EnginePlacement) -> VLLMRolloutEngine:
-    """The registry's builder (replication/engines.py)."""
-    return VLLMRolloutEngine.from_train_config(cfg, model, tokenizer, add_special_tokens, placement)
+                      placement: EnginePlacement,
+                      pass_sync: Callable[[int], int] | None = None) -> VLLMRolloutEngine:
+    """The registry's builder (replication/engines.py; ``policy_passes``: it takes ``pass_sync``)."""
+    return VLLMRolloutEngine.from_train_config(cfg, model, tokenizer, add_special_tokens, placement,
+                                               pass_sync=pass_sync)
 
 
 def _eos_ids(model: Any, tokenizer: Any) -> list[int]:

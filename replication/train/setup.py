@@ -54,15 +54,16 @@ def check_engine(cfg: TrainConfig) -> None:
 
 
 def build_engine(cfg: TrainConfig, model: torch.nn.Module, tokenizer: Any,
-                 add_special_tokens: bool = True, placement: Any = None) -> Any:
+                 add_special_tokens: bool = True, placement: Any = None, pass_sync: Any = None) -> Any:
     """The rollout engine named by ``rollout.engine`` (registry: replication/engines.py).
 
     ``placement`` (an ``EnginePlacement``: rank, world size, local rank) says which training
     process this is; None = read RANK / WORLD_SIZE / LOCAL_RANK from the environment (torchrun
-    and accelerate set them; one process otherwise)."""
+    and accelerate set them; one process otherwise). ``pass_sync``: an FSDP run's ``World.max``,
+    given only to engines that run passes over the sharded policy (engines.py: policy_passes)."""
     from replication.engines import ENGINES, EnginePlacement
 
     check_engine(cfg)
     return ENGINES.get(cfg.rollout.engine).build(
         cfg, model, tokenizer, add_special_tokens,
-        placement if placement is not None else EnginePlacement.from_env())
+        placement if placement is not None else EnginePlacement.from_env(), pass_sync=pass_sync)

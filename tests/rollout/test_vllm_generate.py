@@ -94,3 +94,25 @@ def test_prompts_are_left_truncated_and_special_tokens_follow_the_formatter():
 def test_generate_checks_lengths():
     with pytest.raises(ValueError, match="2 ids, 1 prompts"):
         make_engine().generate(["a", "b"], ["x"], ["1", "2"], np.array([1, 1]), SAMPLING)
+
+
+def test_pass_sync_pads_the_recompute_to_the_ranks_largest_pass_count():
+    """Under FSDP every rank runs as many forward passes over the sharded policy as the rank with
+    the most rows: ``pass_sync`` (World.max) says how many; the extra ones are dropped."""
+    calls = []
+
+    class CountingLM(TinyLM):
+        def forward(self, input_ids, attention_mask=None, position_ids=None, **kw):
+            calls.append(input_ids.shape[0])
+            return super().forward(input_ids, attention_mask, position_ids, **kw)
+
+    engine = make_engine(old_logprobs="recompute")
+    engine.policy = CountingLM(vocab=93)
+    args = (["a", "b"], ["xy", "z"], ["1", "2"], np.array([2, 3]), SAMPLING)
+    plain = engine.generate(*args, generator=torch.Generator().manual_seed(0))
+    n_plain = len(calls)
+    engine.pass_sync = lambda passes: passes + 2  # another rank needs two more passes
+    calls.clear()
+    padded = engine.generate(*args, generator=torch.Generator().manual_seed(0))
+    assert len(calls) == n_plain + 2 and calls[-2:] == [1, 1]
+    assert torch.equal(plain.old_logprobs, padded.old_logprobs)

@@ -92,3 +92,29 @@ def test_placement_from_env():
     assert (p.rank, p.world_size, p.local_rank) == (3, 4, 1)
     with pytest.raises(ValueError, match="bad placement"):
         EnginePlacement(rank=2, world_size=2)
+
+
+def test_pass_sync_reaches_only_engines_that_run_passes_over_the_policy(monkeypatch):
+    """FSDP's ``pass_sync`` is given to the vLLM builder (its old-log-prob recompute runs over the
+    sharded policy) and never to the HF engine (it samples from its own full copy)."""
+    from replication.engines import EngineEntry
+
+    assert ENGINES.get("vllm").policy_passes and not ENGINES.get("hf").policy_passes
+    got = {}
+
+    def record(cls, cfg, model, tokenizer, add_special_tokens, placement=None, pass_sync=None):
+        got.update(pass_sync=pass_sync, placement=placement)
+        return "engine"
+
+    monkeypatch.setattr(EngineEntry, "check_available", lambda self: None)
+    monkeypatch.setattr("replication.rollout.vllm_engine.VLLMRolloutEngine.from_train_config",
+                        classmethod(record))
+    sync = max  # stands in for World.max
+    cfg = load_profile("default", {"rollout.engine": "vllm"})
+    assert ENGINES.get("vllm").build(cfg, None, None, True, EnginePlacement(), pass_sync=sync) == "engine"
+    assert got["pass_sync"] is sync
+    seen = []
+    monkeypatch.setattr("replication.rollout.hf_engine.build_from_config",
+                        lambda *a, **kw: seen.append(kw) or "hf")
+    assert ENGINES.get("hf").build(cfg, None, None, True, EnginePlacement(), pass_sync=sync) == "hf"
+    assert seen == [{}]
