@@ -150,10 +150,14 @@ class RolloutEngine(Protocol):
         sampling: SamplingConfig,
         generator: torch.Generator | None = None,
         seeds: np.ndarray | None = None,
+        logprobs: bool = True,
     ) -> RolloutBatch:
         """``seeds``: optional per-prompt base seeds; sample j of prompt q is drawn with seed
         ``seeds[q] + j``, so a group's samples do not depend on the rest of the call (multi-
-        process training splits a step's groups across ranks: train/distributed.py)."""
+        process training splits a step's groups across ranks: train/distributed.py).
+        ``logprobs=False``: completions only (evaluation) — the engine may skip any pass it runs
+        only for ``old_logprobs``, which then are not the PPO ratio's π_old and must not be
+        trained on."""
         ...
 
     def sync_weights(self, model: torch.nn.Module) -> None:

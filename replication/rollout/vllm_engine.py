@@ -168,10 +168,12 @@ class VLLMRolloutEngine(VLLMWeightSync):
     def generate(self, prompt_ids: Sequence[Hashable], prompts: Sequence[str],
                  answers: Sequence[str], counts: np.ndarray, sampling: SamplingConfig,
                  generator: torch.Generator | None = None,
-                 seeds: np.ndarray | None = None) -> RolloutBatch:
+                 seeds: np.ndarray | None = None, logprobs: bool = True) -> RolloutBatch:
         """``seeds`` (one per prompt, optional): sample j of prompt q uses seed ``seeds[q] + j``
         (multi-process training: a group's samples do not depend on the rank that draws them);
-        without it one base seed is drawn from ``generator``."""
+        without it one base seed is drawn from ``generator``. ``logprobs=False`` (evaluation:
+        completions only) skips the trainer's old-log-prob recompute; the samples are the same
+        and ``old_logprobs`` holds vLLM's own values."""
         if self._broken:
             raise RuntimeError(self._broken)
         if not (len(prompt_ids) == len(prompts) == len(answers)):
@@ -195,7 +197,7 @@ class VLLMRolloutEngine(VLLMWeightSync):
         batch = assemble_batch(prompt_ids, answers, counts, token_ids, rows, self.pad_token_id,
                                self.eos_token_ids, self._decode)
         t1 = time.perf_counter()
-        if self.options.old_logprobs == "recompute" and self.policy is not None:
+        if logprobs and self.options.old_logprobs == "recompute" and self.policy is not None:
             batch.old_logprobs = self.recompute_old_logprobs(batch, sampling.temperature)
         self.timings.update(generate_seconds=t1 - t0,
                             old_logprob_seconds=time.perf_counter() - t1)

@@ -118,3 +118,52 @@ def test_real_vllm_train_five_steps(tmp_path):
     assert all(s["generate_seconds"] > 0 and s["sync_seconds"] > 0 for s in steps)
     metrics = json.loads((out / "metrics.json").read_text())
     assert metrics["steps"] == 5 and 0 <= metrics["eval_after"]["average"]["pass@1"] <= 1
+
+
+EVAL_SCRIPT = r'''
+import json, sys
+from types import SimpleNamespace
+import numpy as np, torch
+from replication.config import VLLMSection
+from replication.evaluate.runner import Evaluator
+from replication.models import load_policy
+from replication.rollout.base import SamplingConfig
+from replication.rollout.vllm_engine import VLLMRolloutEngine
+
+if __name__ == "__main__":
+    model_dir = sys.argv[1]
+    policy, tok = load_policy(model_dir, device="cpu", dtype="float32")
+    opts = VLLMSection(process_mode="in-process", old_logprobs="recompute", kv_cache_gib=0.25)
+    engine = VLLMRolloutEngine.start(model_dir, tok, opts, dtype="float32", seed=0,
+                                     add_special_tokens=True, policy=policy)
+    calls = []
+    recompute = engine.recompute_old_logprobs
+    engine.recompute_old_logprobs = lambda *a, **kw: calls.append(1) or recompute(*a, **kw)
+    data = SimpleNamespace(ids=["a", "b", "c"], inputs=["12+7=", "3*4=", "40-13="],
+                           answers=["19", "12", "27"], sources=["s"] * 3)
+    verifier = SimpleNamespace(is_correct=lambda c, a, s: [x.strip() == y for x, y in zip(c, a)])
+    cfg = SimpleNamespace(k=2, temperature=1.0, top_p=1.0, top_k=0, greedy=True)
+    res = Evaluator(engine, {"t-heldout": data}, verifier, cfg, max_new_tokens=6)(policy, seed=0)
+    out = {"eval_recomputes": len(calls), "n_prompts": res["t-heldout"]["n_prompts"]}
+    engine.generate(data.ids, data.inputs, data.answers, np.array([2, 2, 2]),
+                    SamplingConfig(max_new_tokens=6), generator=torch.Generator().manual_seed(0))
+    out["train_recomputes"] = len(calls)
+    engine.close()
+    print("RESULT " + json.dumps(out))
+'''
+
+
+@pytest.mark.vllm
+@pytest.mark.skipif(not HAVE_VLLM, reason=VLLM_SKIP)
+def test_real_vllm_evaluation_runs_no_old_logprob_pass(tmp_path):
+    """Issue 19 point 5 on the real engine: an evaluation (sampled + greedy) never recomputes
+    old log-probs; a training generate from the same engine does, once."""
+    script = tmp_path / "real_eval.py"
+    script.write_text(EVAL_SCRIPT)
+    env = {**os.environ, "PYTHONPATH": str(REPO) + os.pathsep + os.environ.get("PYTHONPATH", "")}
+    proc = subprocess.run([sys.executable, str(script), str(TINY_MODEL)], env=env,
+                          capture_output=True, text=True, timeout=600)
+    line = next((ln for ln in proc.stdout.splitlines() if ln.startswith("RESULT ")), None)
+    assert proc.returncode == 0 and line, proc.stderr[-3000:]
+    r = json.loads(line[len("RESULT "):])
+    assert r == {"eval_recomputes": 0, "n_prompts": 3, "train_recomputes": 1}, r
