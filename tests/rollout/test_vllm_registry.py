@@ -70,7 +70,7 @@ def test_train_with_vllm_absent_exits_2_before_any_compute(tmp_path, capsys, mon
     assert rc == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "rollout.engine" in err[0]
-    assert "pip install 'replication[gpu]'" in err[0] and "scripts/vllm_cpu_env.sh" in err[0]
+    assert "pip install -e '.[gpu]'" in err[0] and "scripts/vllm_cpu_env.sh" in err[0]
     assert not (tmp_path / "x").exists()
 
 
@@ -118,3 +118,76 @@ def test_pass_sync_reaches_only_engines_that_run_passes_over_the_policy(monkeypa
                         lambda *a, **kw: seen.append(kw) or "hf")
     assert ENGINES.get("hf").build(cfg, None, None, True, EnginePlacement(), pass_sync=sync) == "hf"
     assert seen == [{}]
+
+
+def _broken_vllm(root, version="0.32.0"):
+    """A vLLM that is installed (a dist-info with a supported version) but fails to import, as
+    a wheel built against another torch does."""
+    pkg = root / "vllm"
+    pkg.mkdir(parents=True)
+    (pkg / "__init__.py").write_text(
+        'raise ImportError("operator torchvision::nms does not exist")\n')
+    info = root / f"vllm-{version}.dist-info"
+    info.mkdir()
+    (info / "METADATA").write_text(f"Metadata-Version: 2.1\nName: vllm\nVersion: {version}\n")
+    return root
+
+
+BROKEN = ("vLLM 0.32.0 is installed but fails to import: ImportError: operator torchvision::nms "
+          "does not exist")
+
+
+def test_a_vllm_that_fails_to_import_is_unavailable(tmp_path, monkeypatch):
+    import importlib
+    import sys
+
+    monkeypatch.syspath_prepend(str(_broken_vllm(tmp_path / "site")))
+    monkeypatch.delitem(sys.modules, "vllm", raising=False)
+    importlib.invalidate_caches()
+    with pytest.raises(EngineUnavailable) as err:
+        ENGINES.get("vllm").check_available()
+    assert str(err.value).startswith(BROKEN) and "\n" not in str(err.value)
+    assert "pip install -e '.[gpu]'" in str(err.value)
+    ENGINES.get("hf").check_available()  # nothing to import
+
+
+def test_train_with_a_broken_vllm_exits_2_with_one_line_before_any_compute(tmp_path):
+    """Through the CLI: one line on stderr, exit 2, and no run folder (the check runs before
+    data and model are loaded)."""
+    import os
+    import subprocess
+    import sys
+
+    from .vllm_fakes import REPO
+
+    site = _broken_vllm(tmp_path / "site")
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(site), str(REPO)])}
+    proc = subprocess.run([sys.executable, "-m", "replication", "train", "--profile", "default",
+                           "--seed", "0", "--out", str(tmp_path / "run"),
+                           "--set", "rollout.engine=vllm"], env=env, capture_output=True,
+                          text=True, timeout=300, cwd=tmp_path)
+    err = proc.stderr.strip().splitlines()
+    assert proc.returncode == 2, proc.stderr[-2000:]
+    assert len(err) == 1 and err[0].startswith(f"error: rollout.engine: {BROKEN}"), err
+    assert not (tmp_path / "run").exists()
+
+
+def test_eval_with_a_broken_vllm_exits_2_before_data_is_built(tmp_path, monkeypatch, capsys):
+    import importlib
+    import sys
+
+    from .vllm_fakes import TINY_MODEL
+
+    monkeypatch.syspath_prepend(str(_broken_vllm(tmp_path / "site")))
+    monkeypatch.delitem(sys.modules, "vllm", raising=False)
+    importlib.invalidate_caches()
+
+    def no_data(cfg):
+        raise AssertionError("data was built before the engine check")
+
+    monkeypatch.setattr("replication.train.standalone_eval.build_data", no_data)
+    rc = main(["eval", "--profile", "default", "--checkpoint", str(TINY_MODEL),
+               "--out", str(tmp_path / "ev"), "--set", "rollout.engine=vllm"])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert rc == 2 and len(err) == 1 and err[0].startswith(f"error: rollout.engine: {BROKEN}"), err
+    assert not (tmp_path / "ev").exists()
