@@ -185,7 +185,7 @@ def test_eval_with_a_broken_vllm_exits_2_before_data_is_built(tmp_path, monkeypa
     def no_data(cfg):
         raise AssertionError("data was built before the engine check")
 
-    monkeypatch.setattr("replication.train.standalone_eval.build_data", no_data)
+    monkeypatch.setattr("replication.tasks.data.build_data", no_data)
     rc = main(["eval", "--profile", "default", "--checkpoint", str(TINY_MODEL),
                "--out", str(tmp_path / "ev"), "--set", "rollout.engine=vllm"])
     err = capsys.readouterr().err.strip().splitlines()
