@@ -19,10 +19,7 @@ def load_model(cfg: TrainConfig) -> tuple[torch.nn.Module, Any]:
 
     path = Path(cfg.model.path)
     if not path.exists() and cfg.model.source != "hub":
-        raise FileNotFoundError(
-            f"model.path {str(path)!r} does not exist: build it first with `python -m replication "
-            f"prepare-model --profile {cfg.profile} --out results/base-model` (or `dvc repro base`)"
-        )
+        raise ConfigError(f"model.path {str(path)!r} does not exist: {missing_model_hint(cfg)}")
     device = cfg.model.device
     if device == "auto":
         device = "cuda" if torch.cuda.is_available() else "cpu"
@@ -30,6 +27,14 @@ def load_model(cfg: TrainConfig) -> tuple[torch.nn.Module, Any]:
         raise RuntimeError("model.device is 'cuda' but no CUDA device is available")
     model, tok = load_policy(str(path), device=device, dtype=cfg.model.dtype)
     return model, tok
+
+
+def missing_model_hint(cfg: TrainConfig) -> str:
+    """How to build ``model.path`` (never a command that writes over another model folder)."""
+    if cfg.model.source == "smollm2":  # converted into model.path itself (a git-ignored cache)
+        return f"convert it with `python -m replication prepare-model --profile {cfg.profile}`"
+    return (f"build it with `python -m replication prepare-model --profile {cfg.profile} --out "
+            f"{cfg.model.path}` (the default profile's committed results/base-model: `dvc repro base`)")
 
 
 def format_inputs(data: TrainData, tokenizer: Any) -> bool:
