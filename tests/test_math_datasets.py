@@ -19,7 +19,7 @@ FIX = Path(__file__).parent / "fixtures" / "math"
 HAVE_PARQUET = any(importlib.util.find_spec(m) for m in ("pyarrow", "fastparquet"))
 needs_parquet = pytest.mark.skipif(
     not HAVE_PARQUET, reason="reading .parquet fixtures needs pyarrow (comes with the math extra: "
-                             "pip install 'replication[math]')")
+                             "pip install -e '.[math]')")
 
 
 @needs_parquet

@@ -512,7 +512,7 @@ def _require_datasets(what: str) -> Any:
         import datasets
     except ImportError as err:
         raise ImportError(
-            f"loading {what} needs the `datasets` package: pip install 'replication[math]' "
+            f"loading {what} needs the `datasets` package: pip install -e '.[math]' "
             "(or datasets>=3.0); local .parquet/.jsonl/.json/.csv files load without it"
         ) from err
     return datasets

@@ -298,7 +298,7 @@ class MathVerifier:
     def __init__(self, config: MathRewardConfig | None = None) -> None:
         self.config = config or MathRewardConfig()
         if importlib.util.find_spec("math_verify") is None:
-            raise ImportError("MathVerifier needs math-verify: pip install 'replication[math]' "
+            raise ImportError("MathVerifier needs math-verify: pip install -e '.[math]' "
                               "(math-verify>=0.7)")
         self._lock = threading.Lock()
         self._workers: list[_Worker] = []

@@ -192,9 +192,8 @@ def build_components(cfg: TrainConfig, world: World = World()) -> Components:
 
     engine = build_engine(cfg, generation_model if generation_model is not None else model, tokenizer,
                           add_special_tokens=add_special,
-                          placement=EnginePlacement(world.rank, world.size, world.local_rank))
-    if world.fsdp:  # the vLLM engine's old-log-prob passes over the sharded policy: same count per rank
-        engine.pass_sync = world.max
+                          placement=EnginePlacement(world.rank, world.size, world.local_rank),
+                          pass_sync=world.max if world.fsdp else None)  # passes over a sharded policy
     generator = torch.Generator().manual_seed(cfg.seed)
     return Components(
         model=model,
