@@ -56,6 +56,12 @@ def validate(cfg: TrainConfig) -> None:
     check_name(ALLOCATORS, cfg.allocator.name, "allocator.name")
     check_name(FORMATTERS, cfg.task.options.get("formatter", "raw"), "task.options.formatter")
     check_name(ADVANTAGE_ESTIMATORS, cfg.rl.estimator, "rl.estimator")
+    # Every registered estimator is group-relative (rl/advantages.py): a group of one rollout has
+    # no baseline and gets advantage 0, so such a prompt gives no gradient (with mean_rollouts 1,
+    # no prompt does: grad norm 0 at every step).
+    need(r.lower >= 2, "rollout.lower",
+         f"{r.lower} leaves estimator {cfg.rl.estimator!r} without a baseline (a group of one rollout "
+         f"gets advantage 0, no gradient); use lower >= 2 (and mean_rollouts >= 2)")
     check_name(KL_ESTIMATORS, cfg.rl.kl_estimator, "rl.kl_estimator")
     check_name(MODULATIONS, cfg.rl.modulation, "rl.modulation", optional=True)
     check_name(PROMPT_WEIGHTS, cfg.rl.prompt_weights, "rl.prompt_weights", optional=True)
@@ -84,6 +90,24 @@ def validate(cfg: TrainConfig) -> None:
     need(cfg.model.sharding in ("replicate", "fsdp"), "model.sharding", "replicate|fsdp")
     need(cfg.model.source in ("sft", "smollm2", "hub"), "model.source", "sft|smollm2|hub")
     need(cfg.task.kind in ("procedural", "math"), "task.kind", "procedural|math")
+    _validate_sft(cfg.sft)
+
+
+def _validate_sft(sft: dict) -> None:
+    """The ``sft:`` section: SFTConfig's fields, plus ``task_options`` (a TaskMixSpec) — what
+    ``python -m replication sft`` builds from it (replication/sft.py)."""
+    from replication.sft import SFTConfig
+    from replication.tasks.pools import TaskMixSpec
+
+    options = dict(sft)
+    allowed = sorted({f.name for f in dataclasses.fields(SFTConfig)} | {"task_options"})
+    unknown = sorted(set(options) - set(allowed))
+    if unknown:
+        raise ConfigError(f"unknown config key 'sft.{unknown[0]}'; allowed here: {allowed}")
+    task_options = options.pop("task_options", None)
+    from_dict(SFTConfig, options, "sft")
+    if task_options is not None:
+        from_dict(TaskMixSpec, task_options, "sft.task_options")
 
 
 def _non_finite(x: Any, key: str = ""):
