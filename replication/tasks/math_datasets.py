@@ -26,7 +26,6 @@ access in ``math_hub.py`` (their public names are importable from here too).
 from __future__ import annotations
 
 import dataclasses
-import hashlib
 import random
 from collections.abc import Mapping, Sequence
 from typing import Any
@@ -188,7 +187,8 @@ def rows_to_prompts(rows: Sequence[Mapping[str, Any]], spec: MathDatasetSpec,
     is a ``DataError`` naming its file and row (rows read by ``_read_file`` carry their origin)."""
     out: list[MathPrompt] = []
     seen_questions: set[str] = set()
-    seen_ids: set[str] = set()
+    first_at: dict[str, str] = {}  # prompt id -> where it was first read
+    repeats: dict[str, list[str]] = {}  # prompt id -> every place it was read, when more than one
     if not rows:
         raise DataError(f"dataset {spec.name!r} has no rows")
     for index, row in enumerate(rows):
@@ -213,10 +213,16 @@ def rows_to_prompts(rows: Sequence[Mapping[str, Any]], spec: MathDatasetSpec,
                 continue
             seen_questions.add(question)
         pid = f"{spec.name}/{native}"
-        if pid in seen_ids:  # duplicate native ids would break per-prompt bookkeeping
-            pid = f"{spec.name}/{native}#{hashlib.sha1(question.encode()).hexdigest()[:8]}"
-        seen_ids.add(pid)
-        out.append(MathPrompt(pid, template.render(question), answer, spec.name, question))
+        if pid in first_at:  # allocators, the sampler and the logs key per-prompt state by id
+            repeats.setdefault(pid, [first_at[pid]]).append(where)
+            continue
+        first_at[pid] = where
+        out.append(MathPrompt(pid, template.render(question), answer, spec.name, question, where))
         if limit is not None and len(out) >= limit:
             break
+    if repeats:
+        pid, places = next(iter(repeats.items()))
+        raise DataError(f"dataset {spec.name!r}: duplicate prompt ids {sorted(repeats)[:5]}"
+                        f"{' ...' if len(repeats) > 5 else ''} ({len(repeats)} repeated); "
+                        f"{pid!r} at {', '.join(places[:3])}{' ...' if len(places) > 3 else ''}")
     return out

@@ -5,7 +5,7 @@ naming it."""
 
 from __future__ import annotations
 
-import glob
+import os
 from pathlib import Path
 from typing import Any
 
@@ -27,8 +27,7 @@ def _read_local(path: str, config: str | None, split: str) -> list[dict[str, Any
             ds = ds[split] if split in ds else ds[next(iter(ds.keys()))]
         return [dict(r) for r in ds]
     root = p / config if config and (p / config).is_dir() else p
-    files = sorted(f for f in glob.glob(str(root / "**" / "*"), recursive=True)
-                   if f.endswith(_DATA_SUFFIXES) and not Path(f).name.startswith("."))
+    files = sorted(f for f in _files_under(root) if f.endswith(_DATA_SUFFIXES))
     if not files:
         raise DataNotFoundError(f"no data files ({', '.join(_DATA_SUFFIXES)}) under {root}")
     if config and root == p:  # configs as file names (Idavidrein/gpqa: gpqa_diamond.csv, ...)
@@ -40,6 +39,26 @@ def _read_local(path: str, config: str | None, split: str) -> list[dict[str, Any
     for f in for_split or files:
         rows.extend(_read_file(Path(f)))
     return rows
+
+
+def _files_under(root: Path) -> list[str]:
+    """Every file under ``root`` whose path has no hidden (dot) part, following symlinked folders
+    (what glob's ``**`` gave). A folder that leads back to one above it on its own path — a
+    symlink loop, which glob followed about 40 levels deep, reading every file 40 times — is a
+    ``DataError`` naming the link and where it points."""
+    files: list[str] = []
+    chain = {str(root): {os.path.realpath(root)}}  # real folders on the way down to each folder
+    for folder, subfolders, names in os.walk(root, followlinks=True):
+        subfolders[:] = sorted(d for d in subfolders if not d.startswith("."))
+        for d in subfolders:
+            full = os.path.join(folder, d)
+            real = os.path.realpath(full)
+            if real in chain[folder]:
+                raise DataError(f"{full}: symlink loop (it leads back to {real}, a folder above it); "
+                                f"remove the link or point the dataset path below it")
+            chain[full] = chain[folder] | {real}
+        files += [os.path.join(folder, n) for n in names if not n.startswith(".")]
+    return files
 
 
 _ORIGIN = "__origin__"

@@ -26,6 +26,8 @@ class MathPrompt:
     """Registry name of the dataset (``aime24``, ``dapo17k`` ...)."""
     question: str = ""
     """The bare problem before templating (what VIP's GP embeds)."""
+    origin: str = dataclasses.field(default="", compare=False)
+    """Where the row came from (``<file> row <n>``, or the hub dataset and row), for errors."""
 
     @property
     def text(self) -> str:
