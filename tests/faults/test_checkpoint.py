@@ -154,3 +154,35 @@ def test_kill9_at_random_steps_then_resume(small_overrides, tmp_path):
     assert run_metrics(full) == run_metrics(out), kills
     assert (full / "prompts.jsonl").read_text() == (out / "prompts.jsonl").read_text()
     assert (full / "steps.jsonl").read_text().count("\n") == (out / "steps.jsonl").read_text().count("\n")
+
+
+def test_checkpoint_of_another_model_shape_is_one_line(small_overrides, tmp_path):
+    """Issue 18.8: the model folder behind the same model.path was rebuilt with other dimensions.
+    Before: a 41-line "size mismatch" traceback from load_state_dict."""
+    from transformers import AutoTokenizer
+
+    from replication.models import TinyModelConfig, build_tiny_model, save_policy
+
+    model_dir = tmp_path / "model"
+    shutil.copytree(small_overrides["model.path"], model_dir)
+    over = {**small_overrides, "model.path": str(model_dir)}
+    out = tmp_path / "run"
+    assert main(train_args(over, out, "--max-steps", "2")) == 0
+    tokenizer = AutoTokenizer.from_pretrained(model_dir)
+    shutil.rmtree(model_dir)
+    save_policy(build_tiny_model(TinyModelConfig(hidden=64, heads=4, mlp=96), tokenizer), tokenizer, model_dir)
+    r = run_cli(*train_args(over, out, "--max-steps", "4", "--resume"))
+    assert r.returncode == 2, r.stderr
+    one_line_error(r.stderr, str(out / "checkpoint" / "state.pt"), "another model shape",
+                   "model.embed_tokens.weight", "128]", "64]")
+
+
+def test_check_model_shapes_unit():
+    a = {"w": torch.zeros(2, 3), "b": torch.zeros(3)}
+    ck.check_model_shapes(a, {"w": torch.ones(2, 3), "b": torch.ones(3)}, "x/state.pt")
+    with pytest.raises(ck.CheckpointShapeError, match=r"x/state.pt .* parameter w is \[2, 3\] there, \[3, 3\]"):
+        ck.check_model_shapes(a, {"w": torch.ones(3, 3), "b": torch.ones(3)}, "x/state.pt")
+    with pytest.raises(ck.CheckpointShapeError, match="no parameter c"):
+        ck.check_model_shapes(a, {**a, "c": torch.ones(1)}, "x/state.pt")
+    with pytest.raises(ck.CheckpointShapeError, match="parameter b .* not in this model"):
+        ck.check_model_shapes(a, {"w": torch.ones(2, 3)}, "x/state.pt")
