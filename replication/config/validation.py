@@ -96,7 +96,7 @@ def validate(cfg: TrainConfig) -> None:
 def _validate_sft(sft: dict) -> None:
     """The ``sft:`` section: SFTConfig's fields, plus ``task_options`` (a TaskMixSpec) — what
     ``python -m replication sft`` builds from it (replication/sft.py)."""
-    from replication.sft import SFTConfig
+    from replication.config.sft_section import SFTConfig
     from replication.tasks.pools import TaskMixSpec
 
     options = dict(sft)

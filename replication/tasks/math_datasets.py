@@ -19,8 +19,9 @@ chat template on top (verl does the same). Hub ids and column names were checked
 loaders of these datasets; see the per-dataset notes in ``DATASETS``.
 
 This file holds the dataset registry and the loader; records and templates are in
-``math_prompts.py``, row adapters in ``math_rows.py``, local files in ``math_files.py`` and hub
-access in ``math_hub.py`` (their public names are importable from here too).
+``math_prompts.py``, the spec and load options in ``math_dataset_config.py``, row adapters in
+``math_rows.py``, local files in ``math_files.py`` and hub access in ``math_hub.py`` (their
+public names are importable from here too).
 """
 
 from __future__ import annotations
@@ -32,6 +33,7 @@ from typing import Any
 
 from replication.registry import Registry
 from replication.tasks.data_errors import DataError
+from replication.tasks.math_dataset_config import MathDatasetConfig, MathDatasetSpec
 from replication.tasks.math_files import _ORIGIN, _read_local
 from replication.tasks.math_hub import (  # noqa: F401  (re-exported: the hub side of loading)
     DatasetUnavailableError,
@@ -62,21 +64,6 @@ from replication.tasks.math_rows import (  # noqa: F401  (re-exported: row adapt
 # ---------------------------------------------------------------------------------------------
 # Registry
 # ---------------------------------------------------------------------------------------------
-
-
-@dataclasses.dataclass(frozen=True)
-class MathDatasetSpec:
-    """Where a dataset lives on the hub and how its rows map to the schema."""
-
-    name: str
-    hub_id: str
-    config: str | None
-    split: str
-    adapter: RowAdapter
-    dedupe: bool = False
-    """Keep the first row of each distinct question (VIP deduplicated DAPO-Math-17k this way)."""
-    default_template: str = "boxed"
-    note: str = ""
 
 
 DATASETS: Registry[MathDatasetSpec] = Registry("dataset")
@@ -138,34 +125,6 @@ def list_datasets() -> list[str]:
 # ---------------------------------------------------------------------------------------------
 # Loading
 # ---------------------------------------------------------------------------------------------
-
-
-@dataclasses.dataclass(frozen=True)
-class MathDatasetConfig:
-    """Which dataset, which prompt template, and where to read it from."""
-
-    name: str
-    """Registry name: dapo17k, dapo17k_en, math500, aime24, aime24_dapo, aime25, amc23, minerva,
-    olympiadbench, gpqa_diamond."""
-    template: str | None = None
-    """Prompt template (``TEMPLATES``); None = the dataset's default (VIP: vip_4shot; GDRO: boxed;
-    DynaMO: dapo for training)."""
-    path: str | None = None
-    """Local file or folder that replaces the hub download (the offline override)."""
-    hub_id: str | None = None
-    """Another hub id with the same columns (e.g. a mirror)."""
-    hub_config: str | None = None
-    """Hub config name override (DAPO-Math-17k-Processed: en / cn / all)."""
-    split: str | None = None
-    """Split override (default: the spec's split)."""
-    revision: str | None = None
-    """Hub revision (commit sha) to pin."""
-    limit: int | None = None
-    """Keep only the first ``limit`` problems (after dedupe)."""
-    seed: int = 0
-    """Seed of the GPQA option shuffle."""
-    probe_timeout_s: float = 3.0
-    """Seconds to wait for the hub endpoint before declaring the machine offline."""
 
 
 def load_math_dataset(name: str | MathDatasetConfig, **overrides: Any) -> list[MathPrompt]:

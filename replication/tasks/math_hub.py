@@ -8,13 +8,11 @@ from __future__ import annotations
 
 import os
 import socket
-from typing import TYPE_CHECKING, Any
+from typing import Any
 from urllib.parse import urlparse
 
+from replication.tasks.math_dataset_config import MathDatasetConfig, MathDatasetSpec
 from replication.tasks.math_files import _require_datasets
-
-if TYPE_CHECKING:
-    from replication.tasks.math_datasets import MathDatasetConfig, MathDatasetSpec
 
 
 class DatasetUnavailableError(RuntimeError):
