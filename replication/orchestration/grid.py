@@ -111,12 +111,8 @@ def run_paper(section: str, params_file: str | Path = "params.yaml", out_root: s
     results/ is refused for a trial. The paper folder's writer lock is held for this process's life
     (a second writer on the same folder gets one line naming the holder), unless a DVC stage holds
     it for us (orchestration.stage), which also sends the products to its temporary folder."""
-    import os
-
-    from replication.orchestration.stage import LOCK_ENV, PRODUCTS_ENV
-    from replication.orchestration.workspace import check_out_root, paper_place
+    from replication.orchestration.workspace import claim_output, paper_place
     from replication.stage_params import load_params, notebook_value
-    from replication.store import hold_writer_lock
 
     sec = load_section(section, params_file)
     overrides = notebook_value("overrides", overrides, dict)
@@ -127,16 +123,7 @@ def run_paper(section: str, params_file: str | Path = "params.yaml", out_root: s
     if profile:
         sec["profile"] = profile
     arm_list, seed_list = select_arms(sec, overrides, seeds, arms)
-    if out_root is None:
-        out_root = place.root
-    check_out_root(out_root, place)
-    out = Path(out_root) / section
-    if os.environ.get(LOCK_ENV) == str(out.resolve()):
-        products = Path(os.environ[PRODUCTS_ENV])
-    else:
-        hold_writer_lock(out, what=f"notebook {section}")
-        products = out
-    print(place.describe(section) if out_root == place.root else f"outputs: {out}")
+    out, products = claim_output(section, place, out_root)
     n_steps = steps if steps is not None else sec.get("steps")
     runs = run_grid(sec["profile"], arm_list, seed_list, out / "runs", steps=n_steps,
                     workers=workers or sec["workers"])

@@ -69,7 +69,7 @@ def _write_marker(stage: str) -> None:
     path = WORKSPACE / PUBLISHED_PROFILE / TRIAL_NAME[stage]
     if stage != "report":
         path = path / "README.md"
-    text = stage_marker(TRIAL_NAME[stage], str(PUBLISHED[stage]) + ("" if stage == "report" else "/"))
+    text = stage_marker(stage, TRIAL_NAME[stage], str(PUBLISHED[stage]) + ("" if stage == "report" else "/"))
     if not path.exists() or path.read_text() != text:
         path.parent.mkdir(parents=True, exist_ok=True)
         write_atomic(path, text)
@@ -90,12 +90,28 @@ def run_stage(stage: str, params_file: str | Path = "params.yaml") -> int:
             _write_marker(stage)
         if stage in PAPER_STAGES:
             return _paper_stage(stage, params_file, dest)
+        _die_with_launcher(stage)  # the base stage's SFT subprocess must not outlive dvc either
         if stage == "report":
             return _report_stage(dest, published)
         return _base_stage(params.get("profile", PUBLISHED_PROFILE), dest, published)
 
 
 # ----------------------------------------------------------------------------- base, report
+
+
+def _die_with_launcher(stage: str) -> None:
+    from replication.interrupts import descendants, watch_launcher
+
+    def gone() -> None:
+        print(f"stage {stage}: launcher gone; stopping", file=sys.stderr, flush=True)
+        for pid in descendants(os.getpid()):
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except OSError:
+                pass
+        os._exit(137)
+
+    watch_launcher(gone)
 
 
 def _base_stage(profile: str, dest: Path, published: bool) -> int:
@@ -187,8 +203,9 @@ def _paper_stage(paper: str, params_file: str | Path, dest: Path) -> int:
 
     _recover(dest)
     dest.mkdir(parents=True, exist_ok=True)
+    for stale in dest.parent.glob(f".{paper}.stage-*"):  # left by a stage killed with -9 (we hold the lock)
+        shutil.rmtree(stale, ignore_errors=True)
     staging = dest.parent / f".{paper}.stage-{os.getpid()}"
-    shutil.rmtree(staging, ignore_errors=True)
     staging.mkdir()
     executed = staging / f"{paper}.ipynb"
     cmd = [sys.executable, "-m", "papermill", f"notebooks/{paper}.ipynb", str(executed), "-k", "python3",

@@ -114,12 +114,34 @@ def check_out_root(out_root: str | Path, place: Place) -> None:
             f"({', '.join(place.differs)}): leave out_root None to write {place.root}/")
 
 
-def stage_marker(stage: str, dest: str) -> str:
-    """Text of ``workspace/default/<stage>`` (committed): DVC declares every stage's per-profile
-    output ``workspace/${profile}/<stage>``; for the default profile that folder only says where
+def claim_output(section: str, place: Place, out_root: str | Path | None = None) -> tuple[Path, Path]:
+    """(the paper's output folder, the folder its products go to) for a notebook run: ``out_root``
+    None means ``place.root``; a trial is refused results/. The output folder's writer lock is held
+    for this process's life, unless a DVC stage holds it for us: then the products (tables,
+    figures, summary) go to the stage's temporary folder, swapped in when the notebook succeeds."""
+    import os
+
+    from replication.orchestration.stage import LOCK_ENV, PRODUCTS_ENV
+    from replication.store import hold_writer_lock
+
+    root = place.root if out_root is None else Path(out_root)
+    check_out_root(root, place)
+    out = root / section
+    if os.environ.get(LOCK_ENV) == str(out.resolve()):
+        products = Path(os.environ[PRODUCTS_ENV])
+    else:
+        hold_writer_lock(out, what=f"notebook {section}")
+        products = out
+    print(place.describe(section) if root == place.root else f"outputs: {out}", flush=True)
+    return out, products
+
+
+def stage_marker(stage: str, name: str, dest: str) -> str:
+    """Text of ``workspace/default/<name>`` (committed): DVC declares every stage's per-profile
+    output ``workspace/${profile}/<name>``; for the default profile that path only says where
     the published outputs are."""
-    return (f"# workspace/default/{stage}\n\n"
+    return (f"# workspace/default/{name}\n\n"
             f"The default profile publishes the `{stage}` stage into `{dest}` (committed). DVC declares\n"
-            f"each stage's trial output as `workspace/${{profile}}/{stage}`; for the default profile this\n"
+            f"the stage's trial output as `workspace/${{profile}}/{name}`; for the default profile this\n"
             f"file stands in for it. Trials (other profiles, notebooks with other parameters) write\n"
             f"`workspace/<profile>[-<hash>]/` instead; see README, \"Trying things\".\n")
