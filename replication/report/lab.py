@@ -287,7 +287,7 @@ def run_lab(model: DriftModel | None = None, cfg: LabConfig | None = None, seed:
     rng = np.random.default_rng(seed)
     p, emb, batches, draws = _population(model, cfg, cfg.seeds, rng)
     p_batch = np.take_along_axis(p, batches, axis=2)
-    from tqdm.auto import tqdm  # tens of seconds (the GP method dominates)
+    from tqdm import tqdm  # tens of seconds (the GP method dominates)
 
     rows, per_method = [], {}
     for name in tqdm(cfg.methods, desc="allocation lab", unit="method"):

@@ -98,7 +98,7 @@ def replay_predictors(prompts: pd.DataFrame, texts: Mapping | None = None, *,
               for name in predictors}
     seen = np.zeros(len(ids), dtype=bool)
     out = []
-    from tqdm.auto import tqdm  # the GP replay takes minutes on the default profile
+    from tqdm import tqdm  # the GP replay takes minutes on the default profile
 
     for step, grp in tqdm(recs.groupby("step", sort=True), total=recs["step"].nunique(),
                           desc="predictor replay", unit="step"):

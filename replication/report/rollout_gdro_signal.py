@@ -66,7 +66,7 @@ def replay_departures(run: pd.DataFrame, options: dict, ids: list, lower: int, u
 def signal_table(prompts: pd.DataFrame, options: dict, ids: list, lower: int, upper: int,
                  reward_positive: float = 1.0, reward_negative: float = 0.0) -> pd.DataFrame:
     """Per Rollout-GDRO run (``prompts``: its per-prompt records, with ``bin`` and ``loss``)."""
-    from tqdm.auto import tqdm  # a replay per run: tens of seconds
+    from tqdm import tqdm  # a replay per run: tens of seconds
 
     rows = []
     groups = prompts.groupby(KEYS, sort=True)
