@@ -3,7 +3,8 @@
     python -m replication sft   --profile default --out runs/base-model
     python -m replication train --profile default --allocator vip --estimator rloo --seed 0 \
         --max-steps 50 --out runs/vip-s0 [--resume]
-    python -m replication eval  --profile default --checkpoint runs/vip-s0/model --out runs/vip-eval
+    python -m replication eval  --profile default --checkpoint runs/vip-s0 --out runs/vip-eval
+    python -m replication prepare-model --profile smollm2       # converts into .cache/ (git-ignored)
 
 Every argument is checked (and the profile validated) before any model is loaded. A user-facing
 error is one line on stderr naming the bad key, file or value, with exit code 2; a run that
@@ -93,7 +94,8 @@ def build_parser() -> argparse.ArgumentParser:
 
     e = sub.add_parser("eval", help="held-out evaluation of a saved model")
     _common(e)
-    e.add_argument("--checkpoint", required=True, type=Path, help="HF folder of the model")
+    e.add_argument("--checkpoint", required=True, type=Path,
+                   help="HF folder of the model, or a run folder (its model/ or latest checkpoint)")
     e.add_argument("--seed", type=int, default=0)
     e.add_argument("--out", required=True, type=Path)
 
@@ -105,13 +107,21 @@ def build_parser() -> argparse.ArgumentParser:
 
     pm = sub.add_parser("prepare-model", help="build the profile's base model (SFT / convert / note)")
     _common(pm)
-    pm.add_argument("--out", required=True, type=Path)
+    pm.add_argument("--out", type=Path, help="folder of the model (required for model.source sft; "
+                    "smollm2 converts into model.path, --out only records where)")
     pm.add_argument("--steps", type=int, help="override the SFT step count (smoke runs)")
 
     r = sub.add_parser("report", help="cross-paper summary from results/<paper>/summary.json")
     r.add_argument("--results", default=Path("results"), type=Path)
     r.add_argument("--out", default=Path("results/summary.md"), type=Path)
-    r.add_argument("--readme", type=Path, help="also refresh the results block of this README")
+    r.add_argument("--readme", type=Path, help="also refresh the results block of this README "
+                   "(published default only: refused for summaries of any other profile)")
+    r.add_argument("--beside", type=Path, metavar="RESULTS",
+                   help="also list this folder's papers (e.g. a trial's workspace/quick beside results)")
+
+    st = sub.add_parser("stage", help="run one DVC stage (dvc.yaml's cmd): validate, lock, run, swap in")
+    st.add_argument("stage", help="base, vip, dynamo, gdro or report")
+    st.add_argument("--params", default=Path("params.yaml"), type=Path)
 
     g = sub.add_parser("grad-variance", help="policy-gradient variance per allocator at checkpoints of a "
                        "uniform run (issue 10; replication/analysis/gradient_variance.py)")
@@ -201,15 +211,19 @@ def _main(args: argparse.Namespace) -> int:
         print("\n".join(available_profiles()))
         return 0
     if args.cmd == "report":
-        from replication.report.summary import write_summary
+        from replication.report.summary import check_published, update_readme, write_summary
 
-        text = write_summary(args.results, args.out)
+        if args.readme:  # before writing anything: the README shows only the published default
+            check_published(args.results, args.beside)
+        text = write_summary(args.results, args.out, beside=args.beside)
         if args.readme:
-            from replication.report.summary import update_readme
-
             update_readme(args.readme, text)
         print(text)
         return 0
+    if args.cmd == "stage":
+        from replication.orchestration.stage import run_stage
+
+        return run_stage(args.stage, args.params)
     _check_args(args)
     cfg = load_profile(args.profile, _overrides(args))
     if args.cmd == "train":

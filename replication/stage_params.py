@@ -51,18 +51,12 @@ def validate_section(params: dict, section: str, path: str | Path = "params.yaml
     unknown = sorted(set(sec) - SECTION_KEYS)
     if unknown:
         raise ConfigError(f"{path}: {section}.{unknown[0]}: unknown key; allowed: {sorted(SECTION_KEYS)}")
-    seeds = sec.get("seeds")
-    if not isinstance(seeds, list) or not seeds:
-        raise ConfigError(f"{path}: {section}.seeds: must be a non-empty list of integers, got {seeds!r}")
-    for s in seeds:
-        if isinstance(s, bool) or not isinstance(s, int) or not 0 <= s < 2**32:
-            raise ConfigError(f"{path}: {section}.seeds: {s!r} is not an integer in [0, 2**32)")
-    if len(set(seeds)) != len(seeds):
-        raise ConfigError(f"{path}: {section}.seeds: duplicate seeds {seeds}")
+    from replication.orchestration.arms import _slug, check_seeds
+
+    check_seeds(sec.get("seeds"), f"{path}: {section}.seeds")
     arms = sec.get("arms")
     if not isinstance(arms, dict) or not arms:
         raise ConfigError(f"{path}: {section}.arms: must be a non-empty mapping of arm name → overrides")
-    from replication.orchestration.arms import _slug
 
     slugs: dict[str, str] = {}
     for name, over in arms.items():
@@ -136,3 +130,27 @@ def clear_outputs(paths: list[Path]) -> None:
             shutil.rmtree(p)
         elif Path(p).exists() or Path(p).is_symlink():
             Path(p).unlink()
+
+
+# ----------------------------------------------------------------------------- notebook parameters
+
+_EXAMPLES = {"seeds": "[0, 1]", "arms": '["RLOO", "RLOO+VIP"]', "overrides": '{optim.lr: 6.0e-5}'}
+
+
+def notebook_value(name: str, value: Any, kind: type) -> Any:
+    """A notebook parameter that must be a list or a mapping. papermill's ``-p seeds '[0]'`` passes
+    the text "[0]"; it is read as YAML here. Anything else is one line saying how to pass it."""
+    import yaml
+
+    if value is None:
+        return None
+    shape = "list" if kind is list else "mapping"
+    hint = f"with papermill pass it as YAML: -y '{name}: {_EXAMPLES.get(name, '...')}' or -p {name} '{_EXAMPLES.get(name, '...')}'"
+    if isinstance(value, str):
+        try:
+            value = yaml.safe_load(value)
+        except yaml.YAMLError:
+            raise ConfigError(f"notebook parameter {name}: cannot read {value!r} as a {shape}; {hint}") from None
+    if not isinstance(value, kind):
+        raise ConfigError(f"notebook parameter {name}: expected a {shape}, got {value!r}; {hint}")
+    return value

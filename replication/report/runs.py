@@ -123,8 +123,10 @@ def load_prompts(source: str | Path | pd.DataFrame) -> pd.DataFrame:
     Reads prompts.jsonl.gz (the export) or, for an unexported run folder, prompts.jsonl.
     predicted_p and bin are NaN where the allocator logged none.
     """
+    from tqdm import tqdm
+
     frames = []
-    for arm, seed, d in _run_dirs(source):
+    for arm, seed, d in tqdm(_run_dirs(source), desc="per-prompt records", unit="run", leave=False):
         path = d / "prompts.jsonl.gz"
         if not path.exists():
             path = d / "prompts.jsonl"
