@@ -6,7 +6,9 @@ step, and the metric history so far.
 
 Writing: ``state.pt`` goes to a temporary folder (fsynced), the old checkpoint is renamed aside,
 the new one renamed into place, the old one removed; a kill at any moment leaves either the new
-or the previous checkpoint (``.checkpoint.old`` is read when ``checkpoint`` is missing).
+or the previous checkpoint (``.checkpoint.old`` is read when ``checkpoint`` is missing). A write
+that fails (disk full, I/O error) removes ``.checkpoint.tmp``, leaves the previous checkpoint and
+raises ``run_log.WriteFailed``: one line naming the file and the free space.
 
 Integrity: ``state.sha256`` beside ``state.pt`` holds its digest (torch's zip reader does not check
 CRCs, so a flipped byte inside a tensor would otherwise load as silently wrong weights).
@@ -125,9 +127,22 @@ def _digest(path: Path) -> str:
 
 
 def save_checkpoint(run_dir: Path, payload: dict[str, Any]) -> Path:
+    from replication.train.run_log import write_failed
+
     run_dir = Path(run_dir)
-    final = run_dir / LATEST
     tmp = run_dir / f".{LATEST}.tmp"
+    try:
+        return _save(run_dir, tmp, payload)
+    except (OSError, RuntimeError) as e:
+        # torch reports a failed write of its zip as RuntimeError ("... file write failed")
+        if isinstance(e, RuntimeError) and "write" not in str(e).lower():
+            raise
+        shutil.rmtree(tmp, ignore_errors=True)  # a dead temp must not fill the disk further
+        raise write_failed(tmp / "state.pt", e) from None
+
+
+def _save(run_dir: Path, tmp: Path, payload: dict[str, Any]) -> Path:
+    final = run_dir / LATEST
     if tmp.exists():
         shutil.rmtree(tmp)
     tmp.mkdir(parents=True)

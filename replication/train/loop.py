@@ -39,7 +39,7 @@ from replication.train.distributed import (
     split_groups,
 )
 from replication.train.fsdp import wants_fsdp
-from replication.train.run_folder import check_finite, prepare_run
+from replication.train.run_folder import check_finite, finish_run, prepare_run
 from replication.train.run_log import RunLog
 from replication.train.update import ppo_update
 
@@ -124,8 +124,8 @@ def train(
         "wall_seconds": wall_before + time.perf_counter() - t0,
     }
     c.save_model(out / "model")  # rank 0 writes (FSDP: every rank joins the gather)
-    if world.is_main:
-        (out / "metrics.json").write_text(json.dumps(metrics, indent=1, sort_keys=True))
+    if world.is_main:  # metrics.json atomically, then the manifest: the run exists (run_folder.py)
+        finish_run(out, metrics)
     close = getattr(c.engine, "close", None)
     if callable(close):
         close()  # vLLM: shut its EngineCore process down now, not at interpreter exit
