@@ -176,12 +176,11 @@ def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     from replication.store import DamagedArtifact, DiskFull
     from replication.train.run_folder import NonFiniteError
-    from replication.train.run_log import WriteFailed
 
     try:
         return _main(args)
-    except (DamagedArtifact, WriteFailed, DiskFull) as e:  # one line naming the file
-        print(f"error: {e}", file=sys.stderr)
+    except (DamagedArtifact, DiskFull) as e:  # one line naming the file (and the free space)
+        print(f"error: {e.strerror if isinstance(e, DiskFull) else e}", file=sys.stderr)
         return 1
     except ConfigError as e:
         print(f"error: {e}", file=sys.stderr)

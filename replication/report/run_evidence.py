@@ -25,7 +25,7 @@ import json
 import zlib
 from pathlib import Path
 
-from replication.store import MANIFEST, DamagedArtifact, verify_manifest, write_manifest
+from replication.store import MANIFEST, DamagedArtifact, verify_manifest, write_manifest, writer_lock
 
 RUN_KINDS = ("run", "export")
 EXPORT_KIND = "export"
@@ -215,7 +215,8 @@ def seal(folder: Path) -> str:
     for name in ("metrics.json", "steps.jsonl", "config.json"):
         if not (folder / name).exists():
             raise DamagedArtifact(f"{folder}: {name} is missing; not sealed")
-    extra = check_rows(folder)
-    write_manifest(folder, kind=EXPORT_KIND, extra=extra)
+    with writer_lock(folder, "seal"):
+        extra = check_rows(folder)
+        write_manifest(folder, kind=EXPORT_KIND, extra=extra)
     verify_run(folder, kind=EXPORT_KIND)
     return f"{folder}: sealed ({extra['steps']} steps)"

@@ -8,7 +8,7 @@ Writing: ``state.pt`` goes to a temporary folder (fsynced), the old checkpoint i
 the new one renamed into place, the old one removed; a kill at any moment leaves either the new
 or the previous checkpoint (``.checkpoint.old`` is read when ``checkpoint`` is missing). A write
 that fails (disk full, I/O error) removes ``.checkpoint.tmp``, leaves the previous checkpoint and
-raises ``run_log.WriteFailed``: one line naming the file and the free space.
+raises ``store.DiskFull``: one line naming the file and the free space.
 
 Integrity: ``state.sha256`` beside ``state.pt`` holds its digest (torch's zip reader does not check
 CRCs, so a flipped byte inside a tensor would otherwise load as silently wrong weights).
@@ -34,6 +34,8 @@ from typing import Any
 
 import numpy as np
 import torch
+
+from replication.store import io_errors
 
 LATEST = "checkpoint"
 FORMAT = "replication-checkpoint/1"
@@ -126,19 +128,30 @@ def _digest(path: Path) -> str:
         return hashlib.file_digest(f, "sha256").hexdigest()
 
 
-def save_checkpoint(run_dir: Path, payload: dict[str, Any]) -> Path:
-    from replication.train.run_log import write_failed
+class _WriteRecorder:
+    """A file torch.save writes through, keeping the OSError of a failed write: torch replaces
+    it with an opaque RuntimeError ("unexpected pos ..."), and a full disk must be named."""
 
+    def __init__(self, f) -> None:
+        self.f, self.error = f, None
+
+    def write(self, data) -> int:
+        try:
+            return self.f.write(data)
+        except OSError as e:
+            self.error = e
+            raise
+
+    def flush(self) -> None:
+        self.f.flush()
+
+
+def save_checkpoint(run_dir: Path, payload: dict[str, Any]) -> Path:
     run_dir = Path(run_dir)
     tmp = run_dir / f".{LATEST}.tmp"
-    try:
+    # a failed write removes the temporary (it must not fill the disk further): DiskFull
+    with io_errors(tmp / "state.pt", tmp):
         return _save(run_dir, tmp, payload)
-    except (OSError, RuntimeError) as e:
-        # torch reports a failed write of its zip as RuntimeError ("... file write failed")
-        if isinstance(e, RuntimeError) and "write" not in str(e).lower():
-            raise
-        shutil.rmtree(tmp, ignore_errors=True)  # a dead temp must not fill the disk further
-        raise write_failed(tmp / "state.pt", e) from None
 
 
 def _save(run_dir: Path, tmp: Path, payload: dict[str, Any]) -> Path:
@@ -147,7 +160,13 @@ def _save(run_dir: Path, tmp: Path, payload: dict[str, Any]) -> Path:
         shutil.rmtree(tmp)
     tmp.mkdir(parents=True)
     with open(tmp / "state.pt", "wb") as f:
-        torch.save({"format": FORMAT, "payload": encode(payload)}, f)
+        out = _WriteRecorder(f)
+        try:
+            torch.save({"format": FORMAT, "payload": encode(payload)}, out)
+        except RuntimeError:
+            if out.error is not None:
+                raise out.error from None
+            raise
         f.flush()
         os.fsync(f.fileno())
     with open(tmp / DIGEST, "w") as f:

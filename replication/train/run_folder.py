@@ -23,7 +23,6 @@
 
 from __future__ import annotations
 
-import contextlib
 import json
 import math
 import os
@@ -35,9 +34,9 @@ import numpy as np
 import torch
 
 from replication.config import ConfigError
-from replication.store import MANIFEST, LockHeld, write_atomic, write_manifest, writer_lock
+from replication.store import MANIFEST, LockHeld, hold_writer_lock, release_writer_lock, write_atomic, write_manifest
 from replication.train.checkpoint import LATEST, CheckpointError, checkpoint_path, read_checkpoint_file
-from replication.train.run_log import logs_problem, trim_partial_lines, write_failed
+from replication.train.run_log import logs_problem, trim_partial_lines
 
 # What a training run writes into its folder (other files there stay).
 RUN_FILES = ("config.json", "steps.jsonl", "prompts.jsonl", "metrics.json", MANIFEST)
@@ -88,7 +87,7 @@ def clear_run(out: Path) -> None:
             shutil.rmtree(out / n)
 
 
-_LOCKS: dict[str, contextlib.AbstractContextManager] = {}
+_LOCKS: set[str] = set()
 
 
 def _held_by_parent(key: str) -> bool:
@@ -102,31 +101,26 @@ def lock_run(out: Path) -> None:
     key = str(out.resolve())
     if key in _LOCKS or _held_by_parent(key):
         return
-    out.parent.mkdir(parents=True, exist_ok=True)  # the lock file lives beside the folder
-    lock = writer_lock(out, "training run")
-    try:
-        lock.__enter__()
+    try:  # the lock file lives beside the folder: taken before the folder is created
+        hold_writer_lock(out, "one trainer per run folder")
     except LockHeld as e:
-        raise RunFolderError(f"refused: {out} is in use by another writer: {e}") from None
-    _LOCKS[key] = lock
+        raise RunFolderError(f"refused, in use: {e}") from None
+    _LOCKS.add(key)
 
 
 def unlock_run(out: Path) -> None:
-    lock = _LOCKS.pop(str(Path(out).resolve()), None)
-    if lock is not None:
-        lock.__exit__(None, None, None)
+    key = str(Path(out).resolve())
+    if key in _LOCKS:
+        _LOCKS.discard(key)
+        release_writer_lock(out)
 
 
 def finish_run(out: Path, metrics: dict) -> None:
-    """Write metrics.json atomically, then the run's manifest (the last file: the run exists)."""
+    """Write metrics.json atomically, then the run's manifest (the last file: the run exists).
+    A full disk raises ``store.DiskFull`` naming the file, with no manifest left behind."""
     out = Path(out)
-    text = json.dumps(metrics, indent=1, sort_keys=True)
-    try:
-        write_atomic(out / "metrics.json", text)
-        write_manifest(out, kind=RUN_KIND, extra={"steps": int(metrics["steps"])})
-    except OSError as e:
-        (out / MANIFEST).unlink(missing_ok=True)
-        raise write_failed(out / "metrics.json", e) from None
+    write_atomic(out / "metrics.json", json.dumps(metrics, indent=1, sort_keys=True))
+    write_manifest(out, kind=RUN_KIND, extra={"steps": int(metrics["steps"])})
 
 
 def prepare_run(out: Path, config: dict, steps: int, *, resume: bool, overwrite: bool,

@@ -12,12 +12,12 @@ is trimmed with a warning; a damaged line before it, or logs that stop before th
 step, make the checkpoint unresumable (``logs_problem``, checked by run_folder.prepare_run).
 
 A write that fails (disk full, I/O error) is cut back to the last whole line when possible and
-raises ``WriteFailed``: one line naming the file and the free space on its disk.
+raises ``store.DiskFull``: one line naming the file and the free space on its disk.
 """
 
 from __future__ import annotations
 
-import errno
+import contextlib
 import json
 import os
 import shutil
@@ -26,6 +26,8 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+
+from replication.store import io_errors, write_atomic
 
 # Scalars mirrored to dvclive; the rest (histograms, lists) stay in steps.jsonl only.
 LIVE_KEYS = (
@@ -53,39 +55,6 @@ def _jsonable(x: Any) -> Any:
     if isinstance(x, (np.floating,)):
         return float(x)
     return x
-
-
-class WriteFailed(RuntimeError):
-    """A run file could not be written (disk full, I/O error): one line naming the file and the
-    free space left on its disk."""
-
-    def __init__(self, message: str, err: int | None = None) -> None:
-        super().__init__(message)
-        self.errno = err
-
-
-def _free_space(path: Path) -> str:
-    probe = Path(path)
-    while not probe.exists() and probe.parent != probe:
-        probe = probe.parent
-    try:
-        free = shutil.disk_usage(probe).free
-    except OSError:
-        return "free space unknown"
-    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
-        if free < 1024 or unit == "TiB":
-            return f"{free:.0f} {unit} free" if unit == "B" else f"{free:.1f} {unit} free"
-        free /= 1024
-    return ""
-
-
-def write_failed(path: Path, err: BaseException) -> WriteFailed:
-    """The one-line error for a failed write of ``path``."""
-    code = getattr(err, "errno", None)
-    text = (str(err).strip().splitlines() or [type(err).__name__])[0]
-    why = {errno.ENOSPC: "disk full", errno.EDQUOT: "disk quota exceeded", errno.EIO: "I/O error"}.get(
-        code, getattr(err, "strerror", None) or text)
-    return WriteFailed(f"cannot write {path}: {why} ({_free_space(path)} on its disk)", code)
 
 
 class LogDamaged(ValueError):
@@ -164,10 +133,7 @@ def _truncate_jsonl(path: Path, last_step: int) -> list[dict]:
         return []
     rows, _ = read_rows(path)
     rows = [r for r in rows if r["step"] <= last_step]
-    try:
-        path.write_text("".join(json.dumps(r) + "\n" for r in rows))
-    except OSError as e:
-        raise write_failed(path, e) from None
+    write_atomic(path, "".join(json.dumps(r) + "\n" for r in rows))
     return rows
 
 
@@ -179,23 +145,19 @@ def _write(fd: int, data: bytes) -> None:
 
 def _append(path: Path, lines: list[str]) -> None:
     """Append whole lines; a failed write is cut back to where the file was (when the disk lets
-    us) and raises ``WriteFailed``. Unbuffered, so nothing is left to fail again at close."""
-    try:
+    us) and raises ``DiskFull``. Unbuffered, so nothing is left to fail again at close."""
+    with io_errors(path):
         fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
-    except OSError as e:
-        raise write_failed(path, e) from None
-    try:
-        start = os.lseek(fd, 0, os.SEEK_END)
         try:
-            _write(fd, "".join(lines).encode())
-        except OSError as e:
+            start = os.lseek(fd, 0, os.SEEK_END)
             try:
-                os.ftruncate(fd, start)
+                _write(fd, "".join(lines).encode())
             except OSError:
-                pass  # left partial: --resume trims it
-            raise write_failed(path, e) from None
-    finally:
-        os.close(fd)
+                with contextlib.suppress(OSError):  # else left partial: --resume trims it
+                    os.ftruncate(fd, start)
+                raise
+        finally:
+            os.close(fd)
 
 
 class RunLog:
