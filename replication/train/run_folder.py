@@ -160,7 +160,6 @@ def prepare_run(out: Path, config: dict, steps: int, *, resume: bool, overwrite:
                                      f"checkpoint resumes only with logs that reach its step "
                                      f"(--overwrite starts again)")
             trim_partial_lines(out)
-            (out / MANIFEST).unlink(missing_ok=True)  # unfinished again until finish_run
         return ckpt
     if not main:
         return None

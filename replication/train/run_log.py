@@ -27,7 +27,7 @@ from typing import Any
 
 import numpy as np
 
-from replication.store import io_errors, write_atomic
+from replication.store import MANIFEST, io_errors, write_atomic
 
 # Scalars mirrored to dvclive; the rest (histograms, lists) stay in steps.jsonl only.
 LIVE_KEYS = (
@@ -166,6 +166,10 @@ class RunLog:
         self.steps_path = self.dir / "steps.jsonl"
         self.prompts_path = self.dir / "prompts.jsonl"
         last = -1 if resume_step is None else resume_step
+        # the logs change from here on: the run is unfinished until finish_run seals it again
+        # (a finished run resumed to more steps loses its old manifest and metrics first)
+        for stale in (MANIFEST, "metrics.json"):
+            (self.dir / stale).unlink(missing_ok=True)
         if resume_step is None:
             for p in (self.steps_path, self.prompts_path):
                 p.unlink(missing_ok=True)
