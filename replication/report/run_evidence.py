@@ -7,7 +7,7 @@ sealed once by ``python -m replication seal``) exist only if their ``MANIFEST.js
 agree with each other:
 
 - metrics.json parses and holds ``steps``, ``seed`` and non-empty ``eval_before`` / ``eval_after``
-  (a seed without them would silently drop out of a paired test);
+  of finite numbers (a seed without them would silently drop out of a paired test);
 - steps.jsonl has one row per step (= metrics ``steps`` = the manifest's ``steps``);
 - the per-prompt records have ``prompts_per_step`` rows per step (config.json's);
 - config.json parses and names the same seed; an export's run.json holds its cache key.
@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import gzip
 import json
+import math
 import zlib
 from pathlib import Path
 
@@ -101,6 +102,12 @@ def _metrics(folder: Path) -> dict:
         if not isinstance(m.get(key), dict) or not m[key]:
             raise DamagedArtifact(f"{path}: '{key}' missing or empty (seed {m.get('seed')} would drop "
                                   f"out of every comparison)")
+        for set_name, values in m[key].items():
+            bad = [k for k, v in (values.items() if isinstance(values, dict) else [("*", values)])
+                   if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v)]
+            if bad:
+                raise DamagedArtifact(f"{path}: {key} {set_name} {bad[0]} is not a finite number (seed "
+                                      f"{m.get('seed')} would drop out of that comparison)")
     return m
 
 

@@ -114,6 +114,18 @@ def test_missing_eval_after_is_an_error_naming_the_seed_not_a_welch_test(tmp_pat
         runs.load_eval(root)
 
 
+def test_a_non_finite_eval_value_is_named(tmp_path):
+    """A NaN would be dropped by the seed statistics (mean_ci, compare): refused instead."""
+    root = _results(tmp_path / "runs")
+    d = root / "base" / "s0"
+    m = json.loads((d / "metrics.json").read_text())
+    m["eval_after"]["pooled"]["pass@2"] = float("nan")
+    (d / "metrics.json").write_text(json.dumps(m))
+    write_manifest(d, kind="export", extra={"steps": 3, "key": "base0"})
+    with pytest.raises(DamagedArtifact, match="eval_after pooled pass@2 is not a finite number"):
+        runs.load_eval(root)
+
+
 def test_a_seed_missing_from_the_grid_is_an_error(tmp_path):
     root = _results(tmp_path / "runs")
     frame = pd.DataFrame([{"arm": a, "seed": s, "dir": str(root / a / f"s{s}")}
