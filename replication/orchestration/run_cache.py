@@ -161,7 +161,7 @@ def ensure_run(profile: str, overrides: dict, seed: int, steps: int | None,
     run_dir = Path(cache) / key
     Path(cache).mkdir(parents=True, exist_ok=True)
     with writer_lock(run_dir, "run cache entry"):
-        state, _ = _entry_state(run_dir)  # finished by the previous holder while we waited?
+        state, _ = _entry_state(run_dir)  # finished by another writer since our first look?
         if state == "done":
             return run_dir
         # a killed run continues from its checkpoint (if its logs reach it); a damaged or
