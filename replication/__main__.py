@@ -118,7 +118,14 @@ def build_parser() -> argparse.ArgumentParser:
     r = sub.add_parser("report", help="cross-paper summary from results/<paper>/summary.json")
     r.add_argument("--results", default=Path("results"), type=Path)
     r.add_argument("--out", default=Path("results/summary.md"), type=Path)
-    r.add_argument("--readme", type=Path, help="also refresh the results block of this README")
+    r.add_argument("--readme", type=Path, help="also refresh the results block of this README "
+                   "(published default only: refused for summaries of any other profile)")
+    r.add_argument("--beside", type=Path, metavar="RESULTS",
+                   help="also list this folder's papers (e.g. a trial's workspace/quick beside results)")
+
+    st = sub.add_parser("stage", help="run one DVC stage (dvc.yaml's cmd): validate, lock, run, swap in")
+    st.add_argument("stage", help="base, vip, dynamo, gdro or report")
+    st.add_argument("--params", default=Path("params.yaml"), type=Path)
 
     g = sub.add_parser("grad-variance", help="policy-gradient variance per allocator at checkpoints of a "
                        "uniform run (issue 10; replication/analysis/gradient_variance.py)")
@@ -221,15 +228,19 @@ def _main(args: argparse.Namespace) -> int:
     if args.cmd in ("seal", "verify"):
         return _seal_or_verify(args.cmd, args.folders)
     if args.cmd == "report":
-        from replication.report.summary import write_summary
+        from replication.report.summary import check_published, update_readme, write_summary
 
-        text = write_summary(args.results, args.out)
+        if args.readme:  # before writing anything: the README shows only the published default
+            check_published(args.results, args.beside)
+        text = write_summary(args.results, args.out, beside=args.beside)
         if args.readme:
-            from replication.report.summary import update_readme
-
             update_readme(args.readme, text)
         print(text)
         return 0
+    if args.cmd == "stage":
+        from replication.orchestration.stage import run_stage
+
+        return run_stage(args.stage, args.params)
     _check_args(args)
     cfg = load_profile(args.profile, _overrides(args))
     if args.cmd == "train":

@@ -100,19 +100,34 @@ def load_section(section: str, params_file: str | Path = "params.yaml") -> dict[
     return sec
 
 
-def run_paper(section: str, params_file: str | Path = "params.yaml", out_root: str | Path = "results",
+def run_paper(section: str, params_file: str | Path = "params.yaml", out_root: str | Path | None = None,
               workers: int | None = None, *, profile: str | None = None, overrides: dict | None = None,
               seeds: list[int] | None = None, arms: list[str] | None = None,
-              steps: int | None = None) -> PaperRun:
+              steps: int | None = None, notebook_params: dict | None = None) -> PaperRun:
     """Train (or load) a paper's grid and read it back. ``profile``, ``overrides`` (dotted config
-    keys applied to every arm), ``seeds``, ``arms`` and ``steps`` replace params.yaml's choice."""
+    keys applied to every arm), ``seeds``, ``arms`` and ``steps`` replace params.yaml's choice;
+    ``notebook_params``: the notebook's other parameters that change its outputs.
+
+    ``out_root`` None picks the place (orchestration.workspace): results/ for the published default
+    only, else the trial's own ``workspace/<profile>[-<hash>]/``; an explicit ``out_root`` that is
+    results/ is refused for a trial. The paper folder's writer lock is held for this process's life
+    (a second writer on the same folder gets one line naming the holder), unless a DVC stage holds
+    it for us (orchestration.stage), which also sends the products to its temporary folder."""
+    from replication.orchestration.workspace import claim_output, paper_place
+    from replication.stage_params import load_params, notebook_value
+
     sec = load_section(section, params_file)
+    overrides = notebook_value("overrides", overrides, dict)
+    seeds = notebook_value("seeds", seeds, list)
+    arms = notebook_value("arms", arms, list)
+    notebook = {"overrides": overrides, "seeds": seeds, "arms": arms, "steps": steps, **(notebook_params or {})}
+    place = paper_place(section, params_file, load_params(params_file), profile=profile, notebook=notebook)
     if profile:
         sec["profile"] = profile
     arm_list, seed_list = select_arms(sec, overrides, seeds, arms)
-    out = Path(out_root) / section
+    out, products = claim_output(section, place, out_root)
     n_steps = steps if steps is not None else sec.get("steps")
     runs = run_grid(sec["profile"], arm_list, seed_list, out / "runs", steps=n_steps,
                     workers=workers or sec["workers"])
     return load_paper_run(section, sec["profile"], seed_list, [a.name for a in arm_list],
-                          sec.get("baseline") or {}, out, runs)
+                          sec.get("baseline") or {}, products, runs)

@@ -79,8 +79,10 @@ def wse(prompts: pd.DataFrame, signal: str = "rate", window: int = 5, **classifi
         raise ValueError(f"window must be >= 1, got {window}")
     df = with_bins(prompts, **classifier_options)
     df["signal"] = df["successes"] / df["n"] if signal == "rate" else df["loss"]
+    from tqdm import tqdm  # tens of seconds over a paper's runs
+
     rows = []
-    for key, run in _runs(df):
+    for key, run in tqdm(list(_runs(df)), desc="WSE", unit="run", leave=False):
         key = key if isinstance(key, tuple) else (key,)
         steps = np.sort(run["step"].unique())
         for t in steps:

@@ -139,8 +139,10 @@ def load_prompts(source: str | Path | pd.DataFrame) -> pd.DataFrame:
     Reads prompts.jsonl.gz (the export) or, for an unexported run folder, prompts.jsonl.
     predicted_p and bin are NaN where the allocator logged none.
     """
+    from tqdm import tqdm
+
     frames = []
-    for arm, seed, d in _run_dirs(source):
+    for arm, seed, d in tqdm(_run_dirs(source), desc="per-prompt records", unit="run", leave=False):
         df = pd.DataFrame(_read_jsonl(prompts_file(d)))
         df.insert(0, "seed", seed)
         df.insert(0, "arm", arm)
