@@ -83,12 +83,14 @@ class PromptGDROConfig:
     over the batch's rollout rows, then capped (official code)."""
     focus_map: dict[int, float] | None = None
     """Official code only (``passk_focus_map`` of its ``hardf``/``softf`` run cases; not in the
-    paper): a hand-set multiplier per bin, applied to the weights after the cap. It is where the
-    code's scripts get weights that depart from uniform at all, since the loss signal is ≈ 0 by
-    construction (docs/fidelity/gdro.md #11). E.g. {0: 0.0, 9: 0.0} drops the bins of pass rate
-    < 0.1 and ≥ 0.9 once ramped in. None = off (paper)."""
+    paper): a hand-set multiplier per bin; in ``q_mean1`` mode applied to q before the mean-1
+    rescale, as the code does (``omega`` mode: after the cap). It is where the code's scripts get
+    weights that depart from uniform at all, since the loss signal is ≈ 0 by construction
+    (docs/fidelity/gdro.md #11, #11a). E.g. hardf's {0: 0.0, 6: 0.0} over its 7 bins drops the
+    pass rates < 0.1 and ≥ 0.9 once ramped in. None = off (paper)."""
     focus_warmup_steps: int = 0
-    """Steps (observed updates) before the focus map acts (code's hardf/softf: 50 of 1000)."""
+    """Steps (observed updates) before the focus map acts (code's hardf/softf: 50 of its
+    script's 500)."""
     focus_ramp_steps: int = 0
     """Steps over which the focus multiplier moves linearly from 1 to its target after the
     warm-up; 0 = at once (code's hardf/softf: 200 of its script's 500 steps)."""
