@@ -39,9 +39,9 @@ from replication.train.distributed import (
     split_groups,
 )
 from replication.train.fsdp import wants_fsdp
-from replication.train.probe import run_probe
 from replication.train.run_folder import check_finite, prepare_run
 from replication.train.run_log import RunLog
+from replication.train.probe import run_probe  # issue 20.9: the upper-bound arm's probe
 from replication.train.update import ppo_update
 
 
