@@ -3,8 +3,10 @@
     pr = run_paper("vip")                                   # params.yaml's arms, seeds, steps
     pr = run_paper("vip", overrides={"optim.lr": 6e-5}, seeds=[0], arms=["RLOO", "RLOO+VIP"])
 
-A run whose export in ``results/<paper>/runs/<arm>/s<seed>/`` carries the same cache key is
-loaded as is; one in the run cache is exported; only the rest trains (with a progress bar).
+A run whose export in ``results/<paper>/runs/<arm>/s<seed>/`` verifies and carries the same cache
+key is loaded as is; one in the run cache is exported; only the rest trains (with a progress bar).
+Every export is checked before anything trains: a damaged one stops the grid with an error
+naming it (run_cache.exported_key); a damaged cache entry is retrained with a warning.
 The returned ``PaperRun`` (``replication.report.pipeline``) holds the tidy frames the notebooks read.
 """
 
@@ -49,13 +51,13 @@ def run_grid(
     for arm, seed in jobs:
         dest = out_dir / _slug(arm.name) / f"s{seed}"
         key = keys[arm.name, seed]
-        if exported_key(dest) == key:
-            rows.append({"arm": arm.name, "seed": seed, "dir": str(dest)})
-        elif cached_run(key, cache) is not None:
-            export_run(cached_run(key, cache), dest, key)
-            rows.append({"arm": arm.name, "seed": seed, "dir": str(dest)})
-        else:
-            todo.append((arm, seed))
+        if exported_key(dest) != key:
+            cached = cached_run(key, cache, warn=False)  # ensure_run warns when it retrains
+            if cached is None:
+                todo.append((arm, seed))
+                continue
+            export_run(cached, dest, key)
+        rows.append({"arm": arm.name, "seed": seed, "dir": str(dest)})
     print(f"{len(jobs)} runs: {len(jobs) - len(todo)} already trained, {len(todo)} to train")
     if todo:
         # Ctrl-C / SIGTERM (RunGuard): queued runs never start, running ones are terminated;

@@ -39,8 +39,9 @@ from replication.train.distributed import (
     split_groups,
 )
 from replication.train.fsdp import wants_fsdp
-from replication.train.run_folder import check_finite, prepare_run
+from replication.train.run_folder import check_finite, finish_run, prepare_run
 from replication.train.run_log import RunLog
+from replication.train.probe import run_probe  # issue 20.9: the upper-bound arm's probe
 from replication.train.update import ppo_update
 
 
@@ -124,8 +125,8 @@ def train(
         "wall_seconds": wall_before + time.perf_counter() - t0,
     }
     c.save_model(out / "model")  # rank 0 writes (FSDP: every rank joins the gather)
-    if world.is_main:
-        (out / "metrics.json").write_text(json.dumps(metrics, indent=1, sort_keys=True))
+    if world.is_main:  # metrics.json atomically, then the manifest: the run exists (run_folder.py)
+        finish_run(out, metrics)
     close = getattr(c.engine, "close", None)
     if callable(close):
         close()  # vLLM: shut its EngineCore process down now, not at interpreter exit
@@ -140,6 +141,9 @@ def train_step(cfg: TrainConfig, c: Components, step: int, world: World = World(
     epoch = c.sampler.epoch
     idx = c.sampler.next_batch(cfg.rollout.prompts_per_step)
     ids = [c.train.ids[i] for i in idx]
+    # issue 20.9: an allocator told p (vip-probe) first gets extra rollouts outside the budget
+    # and the loss; only their cost is logged (train/probe.py)
+    probe = run_probe(cfg, c, step, idx, world) if getattr(c.allocator, "wants_probe", 0) else None
     t_alloc = time.perf_counter()
     counts = c.allocator.plan(ids, cfg.budget)
     alloc_seconds = time.perf_counter() - t_alloc
@@ -244,6 +248,7 @@ def train_step(cfg: TrainConfig, c: Components, step: int, world: World = World(
         "update_seconds": update_seconds,
         "sync_seconds": sync_seconds,
         "step_seconds": time.perf_counter() - t_step,
+        **({} if probe is None else probe.log_fields()),
         **{k: v for k, v in upd.stats.items()},
     }
     if c.prompt_weights is not None:
