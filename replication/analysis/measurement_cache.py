@@ -25,6 +25,7 @@ import hashlib
 import json
 import os
 import shutil
+import warnings
 from collections.abc import Callable
 from pathlib import Path
 
@@ -95,15 +96,16 @@ def _current_output(out_dir: Path, key: str, log: Callable[[str], None]) -> bool
     return True
 
 
-def _usable_cache(cache: Path, log: Callable[[str], None]) -> bool:
-    """True when the cache entry verifies; a damaged entry is reported (a warning naming it) and
-    measured again."""
+def _usable_cache(cache: Path) -> bool:
+    """True when the cache entry verifies; a damaged entry is reported (a warning naming it, as
+    the run cache does) and measured again."""
     if not cache.exists():
         return False
     try:
         verify_manifest(cache, kind=KIND)
     except DamagedArtifact as e:
-        log(f"grad-variance: WARNING: cached measurement damaged ({e}); measuring again")
+        warnings.warn(f"gradient-variance cache entry {cache} is damaged ({e}); it will be measured again",
+                      stacklevel=3)
         return False
     return True
 
@@ -132,7 +134,7 @@ def measure(profile: str, overrides: dict | None, out_dir: str | Path, cache_roo
             log(f"grad-variance: {out_dir} is current (key {key})")
             return pd.read_csv(out_dir / FILES[0])
         with writer_lock(cache, "a gradient-variance measurement"):
-            if _usable_cache(cache, log):
+            if _usable_cache(cache):
                 log(f"grad-variance: cached {cache}")
             else:
                 # the uniform run beside the entry (a dot name: never part of it); a killed

@@ -1,6 +1,7 @@
 """Prompt-GDRO signal report (issue 10): measured figures on hand-built per-prompt records."""
 
 import math
+from pathlib import Path
 
 import numpy as np
 import pandas as pd
@@ -47,11 +48,16 @@ def test_signal_conclusion_states_the_finding_with_the_numbers():
     assert signal_conclusion(t[t["arm"] == "Prompt-GDRO-code"]) == ""  # paper arm missing: no claim
 
 
-def test_each_arm_is_replayed_under_its_own_options(tmp_path):
+def test_each_arm_is_replayed_under_its_own_options(tmp_path, monkeypatch):
     """The code arm's scores start at the first value (first_value, no clip): replayed under its
     own options its score spread is the debiased first loss, not the paper rule's 0.12 × it.
-    Options come from ``configs`` or from the runs' config.json (``runs``)."""
+    Options come from ``configs`` or from the runs' config.json (``runs``; read by
+    ``runs.load_config``, here without the run verification these stand-in folders would fail)."""
     import json
+
+    from replication.report import runs as runs_mod
+
+    monkeypatch.setattr(runs_mod, "load_config", lambda d: json.loads((Path(d) / "config.json").read_text()))
 
     from replication.allocation.prompt_gdro import PromptGDROConfig
     from replication.report.gdro_signal import arm_configs
