@@ -51,6 +51,17 @@ class Components:
     generation_model: torch.nn.Module | None = None
     """FSDP with the HF engine: the full copy of the policy the engine samples from (train/fsdp.py);
     None otherwise (the engine reads ``model`` itself, or holds its own weights: vLLM)."""
+    train_model: torch.nn.Module | None = None
+    """What the update trains through: the DDP wrapper of ``model`` with several replicated
+    ranks (train/ddp.py), else ``model`` itself (one process, or FSDP-sharded). Everything
+    else — checkpoints, evaluation, generation — uses ``model``."""
+    _full_state: tuple[int, dict] | None = dataclasses.field(default=None, repr=False)
+    """FSDP: the full weights gathered after the latest update, keyed by the optimizer step
+    (``scheduler.last_epoch``), shared by the engine sync, evaluation, checkpoint and save."""
+
+    def __post_init__(self) -> None:
+        if self.train_model is None:
+            self.train_model = self.model
 
     # -- the weights the rollout engine and the evaluator read
     def engine_view(self) -> torch.nn.Module:
@@ -59,10 +70,26 @@ class Components:
         must call this: the gather is a collective)."""
         if self.generation_model is None:
             return self.model
+        self.full_model_state()
+        return self.generation_model
+
+    def full_model_state(self) -> dict[str, torch.Tensor]:
+        """FSDP: the policy's full weights, gathered ONCE per update (a collective on the first
+        call after an update: every rank calls it). With the HF engine the generation copy
+        holds them (refreshed here, no second copy); otherwise a CPU copy is kept."""
         from replication.train.fsdp import full_state_dict
 
-        self.generation_model.load_state_dict(full_state_dict(self.model))
-        return self.generation_model
+        step = int(self.scheduler.last_epoch)
+        if self._full_state is None or self._full_state[0] != step:
+            self._full_state = None  # free the previous update's copy before gathering
+            state = full_state_dict(self.model)
+            if self.generation_model is not None:
+                self.generation_model.load_state_dict(state)
+                state = self.generation_model.state_dict()
+            else:
+                state = {k: v.detach().cpu() for k, v in state.items()}
+            self._full_state = (step, state)
+        return self._full_state[1]
 
     # -- difficulty bins (one classifier per run, see ``classifier``)
     def bins(self, ids: list) -> np.ndarray | None:
@@ -77,9 +104,9 @@ class Components:
         """Everything stateful; under FSDP the model and optimizer are gathered to FULL state dicts
         (a collective: every rank calls it, rank 0 writes it)."""
         if self.world.fsdp:
-            from replication.train.fsdp import full_state_dict, optimizer_state
+            from replication.train.fsdp import optimizer_state
 
-            model_state, optim_state = full_state_dict(self.model), optimizer_state(self.model, self.optimizer)
+            model_state, optim_state = self.full_model_state(), optimizer_state(self.model, self.optimizer)
         else:
             model_state, optim_state = self.model.state_dict(), self.optimizer.state_dict()
         return {
@@ -101,6 +128,7 @@ class Components:
 
             load_full_state_dict(self.model, s["model"])
             load_optimizer_state(self.model, self.optimizer, s["optimizer"])
+            self._full_state = None
         else:
             self.model.load_state_dict(s["model"])
             self.optimizer.load_state_dict(s["optimizer"])
@@ -121,7 +149,7 @@ class Components:
         if self.world.fsdp:
             from replication.train.fsdp import save_pretrained
 
-            save_pretrained(self.model, self.tokenizer, path, self.world)
+            save_pretrained(self.model, self.tokenizer, path, self.world, state=self.full_model_state())
         elif self.world.is_main:
             self.model.save_pretrained(path)
             self.tokenizer.save_pretrained(path)
@@ -195,6 +223,11 @@ def build_components(cfg: TrainConfig, world: World = World()) -> Components:
                           placement=EnginePlacement(world.rank, world.size, world.local_rank))
     if world.fsdp:  # the vLLM engine's old-log-prob passes over the sharded policy: same count per rank
         engine.pass_sync = world.max
+    train_model = model
+    if world.distributed and not world.fsdp:  # replicated: DDP's bucketed, overlapped all-reduce
+        from replication.train.ddp import replicate_policy
+
+        train_model = replicate_policy(model, world)
     generator = torch.Generator().manual_seed(cfg.seed)
     return Components(
         model=model,
@@ -218,4 +251,5 @@ def build_components(cfg: TrainConfig, world: World = World()) -> Components:
         modulation_cfg=modulation,
         world=world,
         generation_model=generation_model,
+        train_model=train_model,
     )

@@ -30,18 +30,11 @@ Activation checkpointing and a bf16 mixed-precision policy are not applied: the 
 from __future__ import annotations
 
 import copy
-import os
 from typing import Any
 
 import torch
 
-from replication.train.distributed import World
-
-
-def wants_fsdp(sharding: str, env: dict[str, str] | None = None) -> bool:
-    """``model.sharding == 'fsdp'`` or accelerate's FSDP config (it sets ACCELERATE_USE_FSDP)."""
-    e = os.environ if env is None else env
-    return sharding == "fsdp" or e.get("ACCELERATE_USE_FSDP", "").lower() in ("1", "true")
+from replication.train.distributed import World, wants_fsdp  # noqa: F401 - re-exported
 
 
 def _layer_classes(model: torch.nn.Module) -> set[str]:
@@ -134,9 +127,11 @@ def zero_pass(model: torch.nn.Module, input_ids: torch.Tensor, attention_mask: t
             (out.logits.float().sum() * 0.0).backward()
 
 
-def save_pretrained(model: torch.nn.Module, tokenizer: Any, path, world: World) -> None:
-    """Gather the full weights (every rank) and let rank 0 write an ordinary HF folder."""
-    state = full_state_dict(model)
+def save_pretrained(model: torch.nn.Module, tokenizer: Any, path, world: World,
+                    state: dict[str, torch.Tensor] | None = None) -> None:
+    """Rank 0 writes an ordinary HF folder of the full weights: ``state`` (already gathered), or
+    gathered here (a collective: every rank calls it)."""
+    state = dict(full_state_dict(model) if state is None else state)
     if getattr(getattr(model, "config", None), "tie_word_embeddings", False):
         # the gathered dict has the tied head as its own entry; an HF folder stores it once
         for key in list(getattr(model, "_tied_weights_keys", None) or ()):
