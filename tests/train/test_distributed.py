@@ -224,6 +224,15 @@ def test_two_processes_equal_one(small_overrides, tmp_path, case):
     # rank 0 alone wrote the run's files, once each
     assert len(_jsonl(two / "steps.jsonl")) == 3
     assert not list(two.glob("*rank*"))
+    # how each ran is in metrics.json alone (provenance); config.json is the same
+    p1, p2 = (json.loads((d / "metrics.json").read_text())["provenance"] for d in (one, two))
+    assert (p1["world_size"], p1["sharding"]) == (1, "none") and (p2["world_size"], p2["sharding"]) == (2, "ddp")
+    assert (one / "config.json").read_text() == (two / "config.json").read_text()
+    # every rank's per-phase split, rank-indexed, in rank 0's step rows
+    row = _jsonl(two / "steps.jsonl")[-1]
+    for phase in ("generate", "old_logprob", "update", "comm", "sync", "wait"):
+        assert len(row[f"rank_{phase}_seconds"]) == 2 and row[f"rank_{phase}_seconds"][0] == row[f"{phase}_seconds"]
+    assert all(t > 0 for t in row["rank_comm_seconds"])
 
 
 FSDP = ("--set", "model.sharding=fsdp")
