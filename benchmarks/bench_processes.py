@@ -69,23 +69,27 @@ def main() -> None:
     ap.add_argument("--steps", type=int, default=8)
     ap.add_argument("--prompts", type=int, default=64, help="prompts per step (global)")
     ap.add_argument("--eval-prompts", type=int, default=16, help="held-out prompts per set")
+    ap.add_argument("--ways", default="1x1,1x2,2x1,2x1fsdp",
+                    help="which of the four ways to run (comma-separated; ratios need 1x1 and 2x1)")
     args = ap.parse_args()
     print(f"profile={args.profile} allocator={args.allocator} prompts/step={args.prompts} "
           f"steps={args.steps} cpus={os.cpu_count()} load={os.getloadavg()[0]:.2f}")
     print(f"{'processes x threads':>26} {'median step s':>14} {'wall s':>8} {'load 1-min':>11}")
     rows, splits = {}, {}
     with tempfile.TemporaryDirectory() as tmp:
-        for nproc, threads, sharding in ((1, 1, "replicate"), (1, 2, "replicate"), (2, 1, "replicate"),
-                                         (2, 1, "fsdp")):
+        ways = {"1x1": (1, 1, "replicate"), "1x2": (1, 2, "replicate"), "2x1": (2, 1, "replicate"),
+                "2x1fsdp": (2, 1, "fsdp")}
+        for nproc, threads, sharding in (ways[w] for w in args.ways.split(",")):
             step, wall, split = run(nproc, threads, args, Path(tmp) / f"p{nproc}t{threads}{sharding}", sharding)
             label = f"{nproc} x {threads}" + (" (fsdp)" if sharding == "fsdp" else "")
             rows[(nproc, threads, sharding)], splits[label] = step, split
             print(f"{label:>26} {step:14.3f} {wall:8.1f} {os.getloadavg()[0]:11.2f}")
-    one = rows[(1, 1, "replicate")]
-    print(f"2 x 1 step / 1 x 1 step: {rows[(2, 1, 'replicate')] / one:.2f} (replicated), "
-          f"{rows[(2, 1, 'fsdp')] / one:.2f} (FSDP); FSDP / replicated: "
-          f"{rows[(2, 1, 'fsdp')] / rows[(2, 1, 'replicate')]:.2f}; 2 replicated / 1 process x 2 threads: "
-          f"{rows[(2, 1, 'replicate')] / rows[(1, 2, 'replicate')]:.2f}")
+    one, two, fsdp, two_threads = (rows.get(w) for w in ((1, 1, "replicate"), (2, 1, "replicate"),
+                                                          (2, 1, "fsdp"), (1, 2, "replicate")))
+    for name, a, b in (("2 x 1 / 1 x 1 (replicated)", two, one), ("2 x 1 / 1 x 1 (FSDP)", fsdp, one),
+                       ("FSDP / replicated", fsdp, two), ("2 x 1 / 1 x 2", two, two_threads)):
+        if a and b:
+            print(f"{name}: {a / b:.2f}")
     print("per-phase split, median seconds per step, by rank:")
     print(f"{'way':>20} {'rank':>4} " + " ".join(f"{ph:>11}" for ph in PHASES))
     for label, split in splits.items():

@@ -77,18 +77,12 @@ class Components:
         """FSDP: the policy's full weights, gathered ONCE per update (a collective on the first
         call after an update: every rank calls it). With the HF engine the generation copy
         holds them (refreshed here, no second copy); otherwise a CPU copy is kept."""
-        from replication.train.fsdp import full_state_dict
+        from replication.train.fsdp import gather_full_weights
 
         step = int(self.scheduler.last_epoch)
         if self._full_state is None or self._full_state[0] != step:
             self._full_state = None  # free the previous update's copy before gathering
-            state = full_state_dict(self.model)
-            if self.generation_model is not None:
-                self.generation_model.load_state_dict(state)
-                state = self.generation_model.state_dict()
-            else:
-                state = {k: v.detach().cpu() for k, v in state.items()}
-            self._full_state = (step, state)
+            self._full_state = (step, gather_full_weights(self.model, into=self.generation_model))
         return self._full_state[1]
 
     # -- difficulty bins (one classifier per run, see ``classifier``)
@@ -210,8 +204,10 @@ def build_components(cfg: TrainConfig, world: World = World()) -> Components:
         if ref_model is not None:
             shard_policy(ref_model, world)
     o = cfg.optim
+    # FSDP: the multi-tensor AdamW (one DTensor dispatch per op for all shards, not one per
+    # parameter); one process and DDP keep torch's default, so their numbers do not move
     optimizer = torch.optim.AdamW(model.parameters(), lr=o.lr, weight_decay=o.weight_decay,
-                                  betas=tuple(o.betas))
+                                  betas=tuple(o.betas), foreach=True if world.fsdp else None)
     warm = max(o.warmup_steps * cfg.rl.mini_batches * cfg.rl.ppo_epochs, 0)
     scheduler = torch.optim.lr_scheduler.LambdaLR(
         optimizer, lambda i: min(1.0, (i + 1) / warm) if warm > 0 else 1.0

@@ -90,6 +90,36 @@ def full_state_dict(model: torch.nn.Module) -> dict[str, torch.Tensor]:
     return get_model_state_dict(model, options=StateDictOptions(full_state_dict=True))
 
 
+def gather_full_weights(model: torch.nn.Module, into: torch.nn.Module | None = None) -> dict[str, torch.Tensor]:
+    """The same weights as ``full_state_dict`` with one all-gather per FSDP unit instead of one
+    per parameter (a collective: all ranks call it). ``into``: a full, unsharded model of the
+    same architecture whose weights are overwritten in place and whose state dict is returned
+    (the HF engine's generation copy: no second copy); None = CPU copies."""
+    from torch.distributed.fsdp import FSDPModule
+
+    units = [m for m in model.modules() if isinstance(m, FSDPModule)]
+    for m in units:
+        m.unshard()  # the unit's parameters are plain, full tensors until reshard()
+    try:
+        full = dict(model.named_parameters(remove_duplicate=False))  # tied names included
+        for name, buf in model.named_buffers(remove_duplicate=False):
+            owner, _, leaf = name.rpartition(".")
+            if leaf not in model.get_submodule(owner)._non_persistent_buffers_set:
+                full[name] = buf
+        if into is not None:
+            target = into.state_dict(keep_vars=True)
+            if set(target) != set(full):
+                raise KeyError(f"generation copy and policy differ in {sorted(set(target) ^ set(full))[:3]}")
+            with torch.no_grad():
+                for k, v in full.items():
+                    target[k].copy_(v)
+            return into.state_dict()
+        return {k: v.detach().to("cpu", copy=True) for k, v in full.items()}
+    finally:
+        for m in units:
+            m.reshard()
+
+
 def load_full_state_dict(model: torch.nn.Module, state: dict[str, torch.Tensor]) -> None:
     """Each rank keeps its shard of a full state dict (every rank passes the same dict)."""
     from torch.distributed.checkpoint.state_dict import StateDictOptions, set_model_state_dict

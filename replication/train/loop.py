@@ -230,12 +230,16 @@ def train_step(cfg: TrainConfig, c: Components, step: int, world: World = World(
     q = len(ids)
     row_loss = upd.row_loss if cfg.rl.prompt_loss_kl or upd.row_kl is None else upd.row_loss - upd.row_kl
     my_loss = np.bincount(batch.group_index, weights=row_loss, minlength=len(my_idx))
-    prompt_loss = world.concat(my_loss, [p.stop - p.start for p in parts]) / counts
-    comm_seconds = comm_update + world.clock.take()
     phases = {"generate": generate_seconds, "old_logprob": old_lp_seconds, "update": update_seconds,
-              "comm": comm_seconds, "sync": sync_seconds, "wait": wait_seconds}
-    # every rank's split (rank-indexed lists in rank 0's row): one all-gather of 6 numbers
-    by_rank = world.gather_arrays(np.array(list(phases.values())), [len(phases)] * world.size)
+              "comm": comm_update, "sync": sync_seconds, "wait": wait_seconds}
+    # the per-prompt losses, and every rank's phase split riding along (rank-indexed lists in
+    # rank 0's row; a rank's listed comm excludes this last gather, the row's includes it)
+    n_ph = len(phases)
+    mine_and_phases = np.concatenate([my_loss, list(phases.values())])
+    gathered = world.gather_arrays(mine_and_phases, [p.stop - p.start + n_ph for p in parts])
+    prompt_loss = np.concatenate([g[:-n_ph] for g in gathered]) / counts
+    by_rank = [g[-n_ph:] for g in gathered]
+    comm_seconds = comm_update + world.clock.take()
     succ = np.bincount(group_index, weights=correct.astype(float), minlength=q)
     t_obs = time.perf_counter()
     c.allocator.observe(ids, counts, rewards, prompt_losses=prompt_loss)

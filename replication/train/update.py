@@ -14,8 +14,8 @@ summed across ranks before clipping — the gradient one process computes with t
 backward pass, one backward per rank and mini-batch) or the FSDP-sharded policy (train/fsdp.py:
 reduce-scattered as a SUM). A rank that holds none of a mini-batch's trainable rows still runs
 one zero-weight pass, so that every rank joins the same gradient collectives. The step's
-numbers that ranks exchange travel as tensors: one all-reduce per mini-batch for the global
-denominators (plus one for DynaMO's extent), one all-gather per update for the diagnostics
+numbers that ranks exchange travel as tensors: one all-reduce per PPO epoch for the global
+denominators of all its mini-batches (plus one per mini-batch for DynaMO's extent), one all-gather per update for the diagnostics
 (update_stats.py).
 """
 
@@ -83,6 +83,7 @@ def ppo_update(
     model.train()
     for _ in range(ppo_epochs):
         order = rng.permutation(n)
+        plan = []
         for mb in np.array_split(order, min(mini_batches, n)):
             mb_t = torch.as_tensor(shard.local(np.sort(mb)))  # this rank's rows of the mini-batch
             mask = batch.completion_mask[mb_t].float()
@@ -91,9 +92,12 @@ def ppo_update(
             # DynaMO's H_min/H_max range over ALL valid tokens of the mini-batch, so with
             # modulation on every row is kept too.
             keep = mb_t if (use_kl or modulation is not None) else mb_t[adv_rows[mb_t] != 0]
-            # token-mean divides by the mini-batch's valid tokens, seq-mean modes by its rows
-            # (both counted over every rank's rows: one all-reduce for both sums)
-            tokens, kept = world.reduce([float(mask.sum()), float(len(keep))], "sum")
+            plan.append((mb, keep, float(mask.sum())))
+        # token-mean divides by the mini-batch's valid tokens, seq-mean modes by its rows, both
+        # counted over every rank's rows: one all-reduce for every mini-batch of the epoch
+        totals = world.reduce([x for _, keep, tokens in plan for x in (tokens, float(len(keep)))], "sum")
+        for j, (mb, keep, _) in enumerate(plan):
+            tokens, kept = totals[2 * j], totals[2 * j + 1]
             if ppo_cfg.aggregation == "token-mean":
                 denom = torch.tensor(float(tokens)).clamp_min(1.0)
             else:
@@ -138,7 +142,8 @@ def ppo_update(
                     # Mean over PPO epochs (gdro.md: the loss "as computed during the step's update").
                     row_loss[keep.numpy()] += (surrogate / w + res.row_kl.numpy()) / ppo_epochs
                     row_kl[keep.numpy()] += res.row_kl.numpy() / ppo_epochs
-                gn = torch.nn.utils.clip_grad_norm_(model.parameters(), grad_clip)
+                # FSDP: the multi-tensor norm (one DTensor dispatch, not one per parameter)
+                gn = torch.nn.utils.clip_grad_norm_(model.parameters(), grad_clip, foreach=True if world.fsdp else None)
                 gn = gn.full_tensor() if hasattr(gn, "full_tensor") else gn  # FSDP: a DTensor
                 optimizer.step()
                 if scheduler is not None:

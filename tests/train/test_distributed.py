@@ -230,9 +230,10 @@ def test_two_processes_equal_one(small_overrides, tmp_path, case):
     assert (one / "config.json").read_text() == (two / "config.json").read_text()
     # every rank's per-phase split, rank-indexed, in rank 0's step rows
     row = _jsonl(two / "steps.jsonl")[-1]
-    for phase in ("generate", "old_logprob", "update", "comm", "sync", "wait"):
+    for phase in ("generate", "old_logprob", "update", "sync", "wait"):
         assert len(row[f"rank_{phase}_seconds"]) == 2 and row[f"rank_{phase}_seconds"][0] == row[f"{phase}_seconds"]
-    assert all(t > 0 for t in row["rank_comm_seconds"])
+    # comm: the listed figure stops before the gather that carries the lists
+    assert all(t > 0 for t in row["rank_comm_seconds"]) and row["comm_seconds"] > row["rank_comm_seconds"][0]
 
 
 FSDP = ("--set", "model.sharding=fsdp")
