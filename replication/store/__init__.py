@@ -1,0 +1,18 @@
+"""The evidence store: every artifact on disk (a run folder, a cache entry, an export, a
+measurement, a stage's outputs) has one writer, is written beside its place and renamed in, and
+carries a manifest that readers verify (../shared/DESIGN.md, issue 18).
+
+    with writer_lock(dest):                       # a second writer gets LockHeld naming the holder
+        with staged_dir(dest, kind="run-export", extra={"steps": 300}) as tmp:
+            ...write files into tmp...            # the manifest is written last, then tmp -> dest
+    verify_manifest(dest, kind="run-export")      # DamagedArtifact names the folder and the problem
+"""
+
+from replication.store.atomic import DiskFull, io_errors, staged_dir, write_atomic
+from replication.store.lock import LockHeld, hold_writer_lock, release_writer_lock, writer_lock
+from replication.store.manifest import MANIFEST, DamagedArtifact, is_complete, verify_manifest, write_manifest
+
+__all__ = [
+    "MANIFEST", "DamagedArtifact", "DiskFull", "LockHeld", "hold_writer_lock", "io_errors", "is_complete",
+    "release_writer_lock", "staged_dir", "verify_manifest", "write_atomic", "write_manifest", "writer_lock",
+]
