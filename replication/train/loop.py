@@ -39,6 +39,7 @@ from replication.train.distributed import (
     split_groups,
 )
 from replication.provenance import run_provenance
+from replication.store import hold_writer_lock
 from replication.train.rank_faults import stop_on_collective_failure
 from replication.train.run_folder import check_finite, prepare_run
 from replication.train.run_log import RunLog
@@ -74,7 +75,7 @@ def _train(cfg: TrainConfig, out: Path, steps: int, world: World, *, resume: boo
     # folder rules (run_folder.py): --resume needs a valid checkpoint, --overwrite to replace;
     # rank 0 alone locks and clears the folder (its refusal stops every rank), then every rank
     # reads the same checkpoint
-    ckpt = world.on_main(lambda: prepare_run(out, to_dict(cfg), steps, resume=resume, overwrite=overwrite))
+    ckpt = world.on_main(lambda: _lock_and_prepare(out, cfg, steps, resume=resume, overwrite=overwrite))
     if not world.is_main:
         ckpt = prepare_run(out, to_dict(cfg), steps, resume=resume, overwrite=overwrite, main=False)
     c = build_components(cfg, world)  # validates data, allocator and model before anything is written
@@ -141,6 +142,15 @@ def _train(cfg: TrainConfig, out: Path, steps: int, world: World, *, resume: boo
     world.barrier()  # the files exist when any rank returns
     world.close()
     return metrics
+
+
+def _lock_and_prepare(out: Path, cfg: TrainConfig, steps: int, *, resume: bool, overwrite: bool) -> dict | None:
+    """One trainer per run folder, the folder new or not: the writer lock (beside the folder, so
+    it exists before the folder does; released when this process dies) is taken before any
+    check, so a relaunch beside a live job — its ranks still training — is refused (LockHeld,
+    exit 2, naming the folder and the holder)."""
+    hold_writer_lock(out, "a training run")
+    return prepare_run(out, to_dict(cfg), steps, resume=resume, overwrite=overwrite)
 
 
 def train_step(cfg: TrainConfig, c: Components, step: int, world: World = World()) -> tuple[dict, list[dict]]:
