@@ -39,7 +39,7 @@ from replication.train.distributed import (
     split_groups,
 )
 from replication.provenance import run_provenance
-from replication.store import hold_writer_lock
+from replication.store import hold_writer_lock, release_writer_lock
 from replication.train.rank_faults import stop_on_collective_failure
 from replication.train.run_folder import check_finite, prepare_run
 from replication.train.run_log import RunLog
@@ -65,8 +65,12 @@ def train(
     if world.fsdp and cfg.model.sharding != "fsdp":  # chosen by accelerate's config: record it
         cfg = dataclasses.replace(cfg, model=dataclasses.replace(cfg.model, sharding="fsdp"))
     # a stopped or dead rank ends the others' wait with one line naming the rank (rank_faults.py)
-    with stop_on_collective_failure(world.rank, world.size, world.distributed):
-        return _train(cfg, out, steps, world, resume=resume, overwrite=overwrite, progress=progress)
+    try:
+        with stop_on_collective_failure(world.rank, world.size, world.distributed):
+            return _train(cfg, out, steps, world, resume=resume, overwrite=overwrite, progress=progress)
+    finally:
+        if world.is_main:  # the writer lock taken by _lock_and_prepare (a no-op if it was refused)
+            release_writer_lock(out)
 
 
 def _train(cfg: TrainConfig, out: Path, steps: int, world: World, *, resume: bool, overwrite: bool,
@@ -146,8 +150,8 @@ def _train(cfg: TrainConfig, out: Path, steps: int, world: World, *, resume: boo
 
 def _lock_and_prepare(out: Path, cfg: TrainConfig, steps: int, *, resume: bool, overwrite: bool) -> dict | None:
     """One trainer per run folder, the folder new or not: the writer lock (beside the folder, so
-    it exists before the folder does; released when this process dies) is taken before any
-    check, so a relaunch beside a live job — its ranks still training — is refused (LockHeld,
+    it exists before the folder does; released when training returns or this process dies) is
+    taken before any check, so a relaunch beside a live job — its ranks still training — is refused (LockHeld,
     exit 2, naming the folder and the holder)."""
     hold_writer_lock(out, "a training run")
     return prepare_run(out, to_dict(cfg), steps, resume=resume, overwrite=overwrite)
