@@ -3,7 +3,8 @@
     python -m replication sft   --profile default --out runs/base-model
     python -m replication train --profile default --allocator vip --estimator rloo --seed 0 \
         --max-steps 50 --out runs/vip-s0 [--resume]
-    python -m replication eval  --profile default --checkpoint runs/vip-s0/model --out runs/vip-eval
+    python -m replication eval  --profile default --checkpoint runs/vip-s0 --out runs/vip-eval
+    python -m replication prepare-model --profile smollm2       # converts into .cache/ (git-ignored)
 
 Every argument is checked (and the profile validated) before any model is loaded. A user-facing
 error is one line on stderr naming the bad key, file or value, with exit code 2; a run that
@@ -93,7 +94,8 @@ def build_parser() -> argparse.ArgumentParser:
 
     e = sub.add_parser("eval", help="held-out evaluation of a saved model")
     _common(e)
-    e.add_argument("--checkpoint", required=True, type=Path, help="HF folder of the model")
+    e.add_argument("--checkpoint", required=True, type=Path,
+                   help="HF folder of the model, or a run folder (its model/ or latest checkpoint)")
     e.add_argument("--seed", type=int, default=0)
     e.add_argument("--out", required=True, type=Path)
 
@@ -105,7 +107,8 @@ def build_parser() -> argparse.ArgumentParser:
 
     pm = sub.add_parser("prepare-model", help="build the profile's base model (SFT / convert / note)")
     _common(pm)
-    pm.add_argument("--out", required=True, type=Path)
+    pm.add_argument("--out", type=Path, help="folder of the model (required for model.source sft; "
+                    "smollm2 converts into model.path, --out only records where)")
     pm.add_argument("--steps", type=int, help="override the SFT step count (smoke runs)")
 
     r = sub.add_parser("report", help="cross-paper summary from results/<paper>/summary.json")

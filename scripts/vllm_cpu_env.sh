@@ -35,7 +35,7 @@ install() {
 }
 
 run_tests() {
-    "$VENV/bin/python" -m pytest -q -m vllm -p no:cacheprovider tests/test_vllm_engine.py
+    "$VENV/bin/python" -m pytest -q -m vllm -p no:cacheprovider tests/rollout/
 }
 
 case "$what" in

@@ -1,4 +1,4 @@
-"""Process and run helpers shared by the fault-injection tests (test_faults*.py)."""
+"""Process and run helpers shared by the fault-injection tests (tests/faults/, test_faults_*.py)."""
 
 from __future__ import annotations
 

@@ -5,6 +5,7 @@ keeps both defaults; dead keys are gone."""
 from __future__ import annotations
 
 import dataclasses
+from pathlib import Path
 
 import pytest
 
@@ -79,3 +80,34 @@ def test_cli_choices_come_from_the_registries():
     choices = {a.dest: a.choices for a in train._actions if a.choices}
     assert choices["estimator"] == ADVANTAGE_ESTIMATORS.names()
     assert set(choices["modulation"]) == {*MODULATIONS.names(), "none"}
+
+
+@pytest.mark.parametrize("overrides, key", [
+    ({"sft.stpes": 10}, "sft.stpes"),                                    # unknown key
+    ({"sft.model": {"hiden": 64}}, "sft.model.hiden"),                   # unknown nested key
+    ({"sft.steps": "many"}, "sft.steps"),                                # wrong type
+    ({"sft.steps": 0}, "sft.steps"),                                     # out of range
+    ({"sft.mix": {"add9": 1.0}}, "add9"),                                # unknown task level
+    ({"sft.task_options": {"train_size": {"add1": 5}}}, "sft.task_options.train_size"),
+])
+def test_sft_section_is_validated_with_the_rest(overrides, key):
+    """Issue 19: `sft:` keys were not checked until `python -m replication sft` ran."""
+    with pytest.raises(ConfigError) as e:
+        load_profile("default", overrides)
+    assert key in str(e.value) and "\n" not in str(e.value)
+    assert load_profile("smoke").sft["steps"] == 30  # the committed sft sections still load
+
+
+def test_sft_unknown_key_is_one_line_from_validate(tmp_path, capsys):
+    import yaml
+
+    from replication.__main__ import main
+
+    root = Path(__file__).resolve().parents[1]
+    params = yaml.safe_load((root / "params.yaml").read_text())
+    params["vip"]["base"]["sft.bacth_size"] = 64
+    f = tmp_path / "params.yaml"
+    f.write_text(yaml.safe_dump(params))
+    assert main(["validate", "--params", str(f), "--stage", "vip"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "sft.bacth_size" in err[0], err

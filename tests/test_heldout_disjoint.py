@@ -84,7 +84,7 @@ def test_evaluator_average_and_pooled_skip_in_distribution_sets():
         def sync_weights(self, model):
             pass
 
-        def generate(self, ids, inputs, answers, counts, sampling, generator=None, seeds=None):
+        def generate(self, ids, inputs, answers, counts, sampling, generator=None, seeds=None, logprobs=True):
             rows = np.repeat(np.arange(len(ids)), counts)
             return SimpleNamespace(completions=[inputs[g] for g in rows], row_answers=[answers[g] for g in rows],
                                    group_index=rows)

@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 
 from replication.tasks import math_datasets as md
+from replication.tasks import math_hub
 from replication.tasks.math_datasets import (
     DatasetUnavailableError,
     MathDatasetConfig,
@@ -19,7 +20,7 @@ FIX = Path(__file__).parent / "fixtures" / "math"
 HAVE_PARQUET = any(importlib.util.find_spec(m) for m in ("pyarrow", "fastparquet"))
 needs_parquet = pytest.mark.skipif(
     not HAVE_PARQUET, reason="reading .parquet fixtures needs pyarrow (comes with the math extra: "
-                             "pip install 'replication[math]')")
+                             "pip install -e '.[math]')")
 
 
 @needs_parquet
@@ -134,7 +135,7 @@ def test_offline_by_env_fails_fast_with_the_override_named(monkeypatch, tmp_path
     pytest.importorskip("datasets")
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
     monkeypatch.setenv("HF_DATASETS_CACHE", str(tmp_path / "cache"))
-    monkeypatch.setattr(md, "hub_reachable", lambda timeout_s: pytest.fail("probed the network"))
+    monkeypatch.setattr(math_hub, "hub_reachable", lambda timeout_s: pytest.fail("probed the network"))
     start = time.monotonic()
     with pytest.raises(DatasetUnavailableError) as err:
         load_math_dataset("amc23")
@@ -147,8 +148,8 @@ def test_unreachable_hub_fails_before_touching_datasets(monkeypatch):
     monkeypatch.delenv("HF_HUB_OFFLINE", raising=False)
     monkeypatch.delenv("HF_DATASETS_OFFLINE", raising=False)
     calls = []
-    monkeypatch.setattr(md, "hub_reachable", lambda timeout_s: calls.append(timeout_s) or False)
-    monkeypatch.setattr(md, "_require_datasets", lambda what: pytest.fail("datasets was used"))
+    monkeypatch.setattr(math_hub, "hub_reachable", lambda timeout_s: calls.append(timeout_s) or False)
+    monkeypatch.setattr(math_hub, "_require_datasets", lambda what: pytest.fail("datasets was used"))
     with pytest.raises(DatasetUnavailableError, match="unreachable.*path=DIR"):
         load_math_dataset(MathDatasetConfig(name="aime24", probe_timeout_s=0.5))
     assert calls == [0.5]
@@ -166,7 +167,7 @@ def test_missing_datasets_package_gives_install_hint(monkeypatch):
 
     monkeypatch.setattr(builtins, "__import__", no_datasets)
     with pytest.raises(ImportError, match=r"replication\[math\]"):
-        md._require_datasets("x")
+        math_hub._require_datasets("x")
 
 
 # -- CHAMP (PyPI champ-dataset) ------------------------------------------------------------------

@@ -22,7 +22,7 @@ from replication.tasks.math_reward import (
 
 needs_math_verify = pytest.mark.skipif(
     importlib.util.find_spec("math_verify") is None,
-    reason="needs math-verify (pip install 'replication[math]'); extraction tests run without it")
+    reason="needs math-verify (pip install -e '.[math]'); extraction tests run without it")
 
 LIMIT = 0.5  # per-sample limit of the hostile tests
 SLACK = 8.0  # worker restart + math-verify import on a busy 2-core machine

@@ -156,3 +156,38 @@ def test_no_test_skips_when_one_of_our_own_modules_fails_to_import():
     offenders = [str(p.relative_to(ROOT)) for p in (ROOT / "tests").rglob("*.py") if p.name != Path(__file__).name
                  and ("importorskip(\"replication" in p.read_text() or "importorskip('replication" in p.read_text())]
     assert not offenders, offenders
+
+
+DISTRIBUTION = "rlvr-rollout-allocation"
+"""Our distribution name: not on PyPI (``pip index versions rlvr-rollout-allocation`` finds none),
+unlike ``replication``, an unrelated PyPI package (0.10.3), so no install hint can fetch a
+stranger's code. The import name stays ``replication``."""
+
+
+def test_distribution_name_is_our_own_and_extras_refer_to_it():
+    project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
+    assert project["name"] == DISTRIBUTION
+    for extra, deps in project["optional-dependencies"].items():
+        for dep in deps:
+            base = dep.split("[")[0].strip()
+            assert base != "replication", f"extra {extra!r} refers to the PyPI package {dep!r}"
+
+
+def test_no_install_hint_names_the_pypi_package_replication():
+    """Every hint installs from the checkout (``pip install -e '.[gpu]'``): a bare
+    ``pip install 'replication[gpu]'`` outside a checkout installs an unrelated package."""
+    import re
+
+    hint = re.compile(r"""pip install\s+(-U\s+|--upgrade\s+)?["'`]?replication(\[|\b)""")
+    suffixes = {".py", ".md", ".toml", ".yml", ".yaml", ".sh", ".ipynb", ".txt", ".cfg"}
+    skip = {"results", "cache", "build", "runs"}
+    offenders = []
+    for p in ROOT.rglob("*"):
+        rel = p.relative_to(ROOT)
+        if (p.suffix not in suffixes and rel != Path(".ci/run")) or not p.is_file() \
+                or rel.parts[0] in skip or any(part.startswith(".") and part != ".ci" for part in rel.parts):
+            continue
+        for n, line in enumerate(p.read_text(errors="replace").splitlines(), 1):
+            if hint.search(line) and "unrelated" not in line and p.name != Path(__file__).name:
+                offenders.append(f"{rel}:{n}")
+    assert not offenders, offenders

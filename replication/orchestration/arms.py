@@ -5,6 +5,7 @@ trains. Shared by the grid (``orchestration.grid``) and the stage validator
 from __future__ import annotations
 
 import dataclasses
+from typing import Any
 
 from replication.config import ConfigError
 
@@ -46,6 +47,21 @@ class Arm:
     """Config overrides with dotted keys, e.g. {'allocator.name': 'vip', 'rl.estimator': 'rloo'}."""
 
 
+def check_seeds(seeds: Any, key: str) -> list[int]:
+    """``seeds`` if it is a non-empty list of distinct integers in [0, 2**32), else a ConfigError
+    naming ``key``: a repeated seed is one run counted twice (n = 2, "± 0.0")."""
+    if not isinstance(seeds, (list, tuple)) or not seeds:
+        raise ConfigError(f"{key}: must be a non-empty list of integers, got {seeds!r}")
+    for s in seeds:
+        if isinstance(s, bool) or not isinstance(s, int) or not 0 <= s < 2**32:
+            raise ConfigError(f"{key}: {s!r} is not an integer in [0, 2**32)")
+    repeated = sorted({s for s in seeds if list(seeds).count(s) > 1})
+    if repeated:
+        raise ConfigError(f"{key}: duplicate seeds {repeated} in {list(seeds)}; each seed is one run, "
+                          f"a repeat would count it twice")
+    return list(seeds)
+
+
 def _slug(name: str) -> str:
     return "".join(ch if ch.isalnum() or ch in "-_" else "_" for ch in name).strip("_")
 
@@ -66,7 +82,7 @@ def select_arms(sec: dict, overrides: dict | None = None, seeds: list[int] | Non
             raise ConfigError(f"arms: unknown arm {unknown[0]!r}; known: {list(sec['arms'])}")
         names = list(arms)
     if seeds is not None:
-        chosen = [int(s) for s in seeds]
+        chosen = check_seeds([int(s) for s in seeds], "seeds")
     base = dict(sec.get("base") or {})
     extra = dict(overrides or {})
     return [Arm(n, {**base, **(sec["arms"][n] or {}), **extra}) for n in names], chosen

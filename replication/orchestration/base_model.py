@@ -26,7 +26,7 @@ from replication.config import load_profile, to_dict
 
 KEY_FILE = "BASE_KEY"
 PACKAGE = Path(__file__).resolve().parents[1]
-CODE = ("sft.py", "models", "tasks", "train/prepare.py")
+CODE = ("sft.py", "config/sft_section.py", "models", "tasks", "train/prepare.py")
 """What builds a base model, relative to the package: dvc.yaml's `base` deps and the dispatcher."""
 
 

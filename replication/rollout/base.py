@@ -99,10 +99,12 @@ class RolloutBatch:
             completions=self.completions[lo:hi])
 
     def _answers_of_groups(self, start: int, stop: int) -> list[str]:
-        """One reference answer per prompt of groups [start, stop) (its rows repeat it; a
-        prompt with no rows has none to keep)."""
-        first = np.concatenate([[0], np.cumsum(self.counts)[:-1]]).astype(int)
-        return [self.row_answers[first[g]] if self.counts[g] > 0 else "" for g in range(start, stop)]
+        """One reference answer per prompt of groups [start, stop): its first row's (its rows
+        repeat it; ``group_index`` is sorted, so a search finds that row; a prompt with no rows
+        has none to keep)."""
+        first = np.searchsorted(self.group_index, np.arange(start, stop))
+        return [self.row_answers[int(r)] if self.counts[g] > 0 else ""
+                for g, r in zip(range(start, stop), first)]
 
     def check_alignment(self) -> None:
         n = self.n_rows
@@ -148,10 +150,14 @@ class RolloutEngine(Protocol):
         sampling: SamplingConfig,
         generator: torch.Generator | None = None,
         seeds: np.ndarray | None = None,
+        logprobs: bool = True,
     ) -> RolloutBatch:
         """``seeds``: optional per-prompt base seeds; sample j of prompt q is drawn with seed
         ``seeds[q] + j``, so a group's samples do not depend on the rest of the call (multi-
-        process training splits a step's groups across ranks: train/distributed.py)."""
+        process training splits a step's groups across ranks: train/distributed.py).
+        ``logprobs=False``: completions only (evaluation) — the engine may skip any pass it runs
+        only for ``old_logprobs``, which then are not the PPO ratio's π_old and must not be
+        trained on."""
         ...
 
     def sync_weights(self, model: torch.nn.Module) -> None:

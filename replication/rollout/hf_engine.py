@@ -90,11 +90,14 @@ class HFRolloutEngine:
         sampling: SamplingConfig,
         generator: torch.Generator | None = None,
         seeds: np.ndarray | None = None,
+        logprobs: bool = True,
     ) -> RolloutBatch:
         """``seeds`` (optional, one per prompt): sample j of prompt q draws its uniforms from its
         own generator seeded ``seeds[q] + j`` (vLLM's per-request convention), so a group's
         samples do not depend on the other prompts of the call — what multi-process training
-        needs (train/distributed.py). Without it every draw comes from ``generator``."""
+        needs (train/distributed.py). Without it every draw comes from ``generator``.
+        ``logprobs``: read by engines with a separate log-prob pass; here the log-probs come with
+        each draw's softmax at no extra pass, so False changes nothing (the same samples)."""
         if not (len(prompt_ids) == len(prompts) == len(answers)):
             raise ValueError(f"{len(prompt_ids)} ids, {len(prompts)} prompts, {len(answers)} answers")
         counts = validate_counts(counts, len(prompt_ids))

@@ -8,9 +8,10 @@ carries a manifest that readers verify (../shared/DESIGN.md, issue 18).
     verify_manifest(dest, kind="run-export")      # DamagedArtifact names the folder and the problem
 """
 
-from replication.store.atomic import DiskFull, io_errors, staged_dir, write_atomic
+from replication.store.atomic import DiskFull, io_errors, write_atomic
 from replication.store.lock import LockHeld, hold_writer_lock, release_writer_lock, writer_lock
 from replication.store.manifest import MANIFEST, DamagedArtifact, is_complete, verify_manifest, write_manifest
+from replication.store.staged import staged_dir
 
 __all__ = [
     "MANIFEST", "DamagedArtifact", "DiskFull", "LockHeld", "hold_writer_lock", "io_errors", "is_complete",

@@ -1,8 +1,8 @@
-"""Complete or absent: files and folders are written beside their place and renamed in.
+"""Complete or absent, for one file: written beside its place, fsynced and renamed in.
 
-A reader never sees half a file (``write_atomic``) or half a folder (``staged_dir``); a full disk
-or an I/O error is one line naming the file and the free space (``DiskFull``), and the temporary
-file or folder it was writing is removed rather than left to fill the disk.
+A reader never sees half a file (``write_atomic``); a full disk or an I/O error is one line naming
+the file and the free space (``DiskFull``), and the temporary file it was writing is removed
+rather than left to fill the disk. Folders: ``staged.staged_dir``.
 """
 
 from __future__ import annotations
@@ -13,8 +13,6 @@ import os
 import shutil
 from pathlib import Path
 from typing import Iterator
-
-from replication.store.manifest import write_manifest
 
 _DISK_ERRNOS = (errno.ENOSPC, errno.EDQUOT, errno.EIO, errno.EFBIG, errno.EROFS)
 
@@ -69,39 +67,3 @@ def write_atomic(path: str | Path, data: str | bytes) -> None:
             with contextlib.suppress(OSError):
                 tmp.unlink()
             raise
-
-
-def _restore_interrupted_swap(dest: Path) -> None:
-    """A kill between the two renames of a swap leaves ``dest`` absent and the old copy beside it:
-    put the old copy back (it was complete)."""
-    if dest.exists():
-        return
-    olds = sorted(dest.parent.glob(f".{dest.name}.old-*"))
-    if olds:
-        os.rename(olds[-1], dest)
-
-
-@contextlib.contextmanager
-def staged_dir(dest: str | Path, *, kind: str, extra: dict | None = None) -> Iterator[Path]:
-    """Yield an empty temporary folder beside ``dest``; on success write its manifest (last) and
-    swap it into ``dest`` (a previous ``dest`` is removed only once the new one is in place); on
-    any exception remove the temporary folder and leave ``dest`` as it was."""
-    dest = Path(dest)
-    dest.parent.mkdir(parents=True, exist_ok=True)
-    _restore_interrupted_swap(dest)
-    tmp = dest.parent / f".{dest.name}.tmp-{os.getpid()}"
-    old = dest.parent / f".{dest.name}.old-{os.getpid()}"
-    if tmp.exists():
-        shutil.rmtree(tmp)
-    tmp.mkdir()
-    try:
-        with io_errors(dest, tmp):
-            yield tmp
-            write_manifest(tmp, kind=kind, extra=extra)
-            if dest.exists():
-                os.rename(dest, old)
-            os.rename(tmp, dest)
-    except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise
-    shutil.rmtree(old, ignore_errors=True)

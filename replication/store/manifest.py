@@ -16,6 +16,8 @@ import json
 import time
 from pathlib import Path
 
+from replication.store.atomic import write_atomic
+
 MANIFEST = "MANIFEST.json"
 FORMAT = 1
 
@@ -59,8 +61,6 @@ def _describe(path: Path) -> dict:
 
 def write_manifest(folder: str | Path, *, kind: str, extra: dict | None = None) -> dict:
     """Describe every file of ``folder`` and write ``folder/MANIFEST.json`` atomically, last."""
-    from replication.store.atomic import write_atomic
-
     folder = Path(folder)
     manifest = {
         "format": FORMAT,

@@ -38,15 +38,26 @@ class PromptSet:
     """What the model sees (the formatter's output: raw text, or a chat template)."""
     answers: list[str]
     sources: list[str]
+    origins: list[str] | None = None
+    """Where each prompt was read (``<file> row <n>``) for error messages; None = generated here."""
 
     def __len__(self) -> int:
         return len(self.ids)
 
+    def where(self, i: int) -> str:
+        """Where prompt ``i`` came from, for an error message."""
+        return self.origins[i] if self.origins else f"{self.name} prompt {self.ids[i]!r}"
+
+    def subset(self, keep: list[int] | slice) -> "PromptSet":
+        """The prompts at ``keep`` (indices or a slice), every per-prompt field alike."""
+        fields = ("ids", "texts", "inputs", "answers", "sources") + (("origins",) if self.origins else ())
+        picked = {f: (getattr(self, f)[keep] if isinstance(keep, slice)
+                      else [getattr(self, f)[i] for i in keep]) for f in fields}
+        return PromptSet(self.name, **picked)
+
     def head(self, n: int) -> "PromptSet":
         """The first ``n`` prompts."""
-        keep = slice(0, n)
-        return PromptSet(self.name, self.ids[keep], self.texts[keep], self.inputs[keep],
-                         self.answers[keep], self.sources[keep])
+        return self.subset(slice(0, n))
 
 
 @dataclasses.dataclass
@@ -118,7 +129,8 @@ def _math_data(cfg: TrainConfig, opts: dict, formatter: str) -> TrainData:
         recs = load_math_dataset(MathDatasetConfig(name=name, path=path, template=template, limit=limit))
         # The allocator embeds the bare problem; the model sees the paper's templated prompt.
         return PromptSet(name, [r.id for r in recs], [r.question or r.prompt for r in recs],
-                         [r.prompt for r in recs], [r.answer for r in recs], [r.source for r in recs])
+                         [r.prompt for r in recs], [r.answer for r in recs], [r.source for r in recs],
+                         [r.origin for r in recs])
 
     train = load(opts["train"], opts.get("train_path"), opts.get("template"), opts.get("limit"))
     evals = {}
@@ -134,8 +146,7 @@ def _math_data(cfg: TrainConfig, opts: dict, formatter: str) -> TrainData:
     keep = [i for i, t in enumerate(train.texts) if _canonical(t) not in eval_problems]
     if len(keep) < len(train.ids):
         print(f"task: {len(train.ids) - len(keep)} train problems also in an evaluation set were dropped")
-        train = PromptSet(train.name, *([getattr(train, f)[i] for i in keep]
-                                        for f in ("ids", "texts", "inputs", "answers", "sources")))
+        train = train.subset(keep)
     return TrainData(train, evals, MathVerifier(reward), formatter)
 
 

@@ -33,12 +33,19 @@ from typing import Any
 import numpy as np
 import torch
 
+from replication.config import ConfigError
+
 LATEST = "checkpoint"
 FORMAT = "replication-checkpoint/1"
 
 
 class CheckpointError(RuntimeError):
     """A checkpoint that cannot be used; the message names the file."""
+
+
+class CheckpointShapeError(CheckpointError, ConfigError):
+    """A checkpoint of another model (a parameter of another shape, or another set of parameters):
+    bad input, so also a ConfigError (CLI: one line, exit 2)."""
 
 
 # ----------------------------------------------------------------------------- encoding
@@ -203,7 +210,30 @@ def read_checkpoint_file(path: Path) -> dict[str, Any]:
     missing = [k for k in ("step", "config", "components") if k not in payload]
     if missing:
         raise CheckpointError(f"checkpoint {path} is malformed: missing {missing}")
+    if isinstance(payload["components"], dict):  # named by errors found while restoring it
+        payload["components"][SOURCE_KEY] = str(path)
     return payload
+
+
+SOURCE_KEY = "source_file"
+"""Key ``read_checkpoint_file`` adds to the components state: the file it was read from."""
+
+
+def check_model_shapes(saved: dict[str, Any], current: dict[str, Any], source: str) -> None:
+    """The checkpoint's model tensors against the model's own state dict, before loading them:
+    another model is one line naming the checkpoint, the parameter and both shapes (torch's
+    ``load_state_dict`` says it in a 41-line traceback)."""
+    for name, tensor in current.items():
+        if name not in saved:
+            raise CheckpointShapeError(f"checkpoint {source} is of another model: it has no parameter "
+                                       f"{name} (shape {list(tensor.shape)} in this model)")
+        if tuple(saved[name].shape) != tuple(tensor.shape):
+            raise CheckpointShapeError(f"checkpoint {source} is of another model shape: parameter {name} "
+                                       f"is {list(saved[name].shape)} there, {list(tensor.shape)} in this model")
+    extra = sorted(set(saved) - set(current))
+    if extra:
+        raise CheckpointShapeError(f"checkpoint {source} is of another model: parameter {extra[0]} "
+                                   f"(shape {list(saved[extra[0]].shape)}) is not in this model")
 
 
 def load_checkpoint(run_dir: Path) -> dict[str, Any] | None:

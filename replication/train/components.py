@@ -20,6 +20,8 @@ from replication.rl.modulation import MODULATIONS
 from replication.train.distributed import World, engine_group_size
 from replication.train.sampler import EpochSampler
 from replication.tasks.data import PromptSet, build_data
+from replication.tasks.input_checks import check_run_inputs
+from replication.train.checkpoint import SOURCE_KEY, check_model_shapes
 from replication.tasks.verify import Verifier
 from replication.train.setup import build_engine, check_engine, format_inputs, load_model
 
@@ -117,6 +119,7 @@ class Components:
         }
 
     def load_state(self, s: dict) -> None:
+        check_model_shapes(s["model"], self.model.state_dict(), s.get(SOURCE_KEY, "checkpoint"))
         if self.world.fsdp:
             from replication.train.fsdp import load_full_state_dict, load_optimizer_state
 
@@ -187,6 +190,7 @@ def build_components(cfg: TrainConfig, world: World = World()) -> Components:
         kl_estimator=cfg.rl.kl_estimator,
     )
 
+    check_run_inputs(cfg, data)  # pool size, prompt lengths (tokenizer only): before the weights load
     model, tokenizer = load_model(cfg)
     add_special = format_inputs(data, tokenizer)
     ref_model = None
@@ -216,9 +220,8 @@ def build_components(cfg: TrainConfig, world: World = World()) -> Components:
 
     engine = build_engine(cfg, generation_model if generation_model is not None else model, tokenizer,
                           add_special_tokens=add_special,
-                          placement=EnginePlacement(world.rank, world.size, world.local_rank))
-    if world.fsdp:  # the vLLM engine's old-log-prob passes over the sharded policy: same count per rank
-        engine.pass_sync = world.max
+                          placement=EnginePlacement(world.rank, world.size, world.local_rank),
+                          pass_sync=world.max if world.fsdp else None)  # passes over a sharded policy
     train_model = model
     if world.distributed and not world.fsdp:  # replicated: DDP's bucketed, overlapped all-reduce
         from replication.train.ddp import replicate_policy

@@ -152,4 +152,9 @@ def describe(cfg: TrainConfig, gpus: int | None = None, accelerate_config: str |
         from replication.config import ConfigError
 
         raise ConfigError(f"--world-size must be >= 1, got {gpus}")
+    from replication.tasks.input_checks import check_train_pool, plan_pool_size
+
+    pool = plan_pool_size(cfg)  # the trainer refuses a step larger than the pool: so does the plan
+    if pool is not None:
+        check_train_pool(cfg, pool)
     return json.dumps(plan(cfg, gpus=gpus, accelerate=acc), indent=1)

