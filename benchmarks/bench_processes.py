@@ -11,7 +11,9 @@ steps.jsonl (first step dropped: warm-up), the launcher's wall time (start-up, b
 evaluations and the model save included), the load average while it ran, and then every
 rank's per-phase split (median seconds per step of ``rank_<phase>_seconds``: generate,
 old-logprob, update, comm — the explicit tensor collectives — sync of the engine's weights, and
-wait — the first gather after generation, mostly waiting for the slowest rank). A 2-process step
+wait — the first gather after generation, mostly waiting for the slowest rank — and the rank's
+CPU seconds in the step, which on a machine shared with other jobs tell what the step would
+take with a core of its own). A 2-process step
 is generation and update on half the rollouts each; the replicated policy's gradients are
 all-reduced by DDP in buckets during backward (inside ``update``). The numbers depend on the
 machine's other load: run it on an idle machine and read them as a ratio.
@@ -32,7 +34,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 
 
-PHASES = ("generate", "old_logprob", "update", "comm", "sync", "wait")
+PHASES = ("generate", "old_logprob", "update", "comm", "sync", "wait", "cpu")
 
 
 def run(nproc: int, threads: int, args: argparse.Namespace, out: Path,

@@ -159,6 +159,7 @@ def _lock_and_prepare(out: Path, cfg: TrainConfig, steps: int, *, resume: bool, 
 
 def train_step(cfg: TrainConfig, c: Components, step: int, world: World = World()) -> tuple[dict, list[dict]]:
     t_step = time.perf_counter()  # allocator_seconds = plan + observe (VIP's overhead figure)
+    cpu_step = time.process_time()  # this rank's CPU time: its step on an idle machine, waits aside
     world.clock.take()  # comm_seconds: this step's explicit collectives only
     # 1. prompts and the allocation of the step's fixed budget C = Q·n̄
     epoch = c.sampler.epoch
@@ -245,7 +246,8 @@ def train_step(cfg: TrainConfig, c: Components, step: int, world: World = World(
     row_loss = upd.row_loss if cfg.rl.prompt_loss_kl or upd.row_kl is None else upd.row_loss - upd.row_kl
     my_loss = np.bincount(batch.group_index, weights=row_loss, minlength=len(my_idx))
     phases = {"generate": generate_seconds, "old_logprob": old_lp_seconds, "update": update_seconds,
-              "comm": comm_update, "sync": sync_seconds, "wait": wait_seconds}
+              "comm": comm_update, "sync": sync_seconds, "wait": wait_seconds,
+              "cpu": time.process_time() - cpu_step}
     # the per-prompt losses, and every rank's phase split riding along (rank-indexed lists in
     # rank 0's row; a rank's listed comm excludes this last gather, the row's includes it)
     n_ph = len(phases)
