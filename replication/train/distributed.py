@@ -16,8 +16,11 @@ The contract (tested in tests/train/test_distributed.py against the 1-process ru
   which rank drew them, so the union of the ranks' samples is the 1-process batch;
 - the update's mini-batches are drawn over the GLOBAL rows with the same seeded permutation on
   every rank; each rank backpropagates the rows it holds, divided by the mini-batch's GLOBAL
-  denominator, and the gradients are summed across ranks: the 1-process gradient of the whole
-  mini-batch, up to float summation order;
+  denominator, and the gradients are summed across ranks (DDP with a SUM hook, train/ddp.py,
+  or FSDP's reduce-scatter): the 1-process gradient of the whole mini-batch, up to float
+  summation order;
+- the numbers ranks exchange travel as tensors (``gather_arrays``, ``reduce``); the one pickled
+  gather left carries rank 0's refusal (an exception) in ``on_main``;
 - rank 0 alone writes logs, checkpoints, the model and metrics.json; every rank resumes from
   the same checkpoint.
 
