@@ -20,29 +20,44 @@
 
 # %% tags=["parameters"]
 # Parameters: papermill (dvc repro) sets `section`; in JupyterLab change any line and run all.
+# Any setting other than the committed ones makes a trial: its outputs go to workspace/, never results/.
 section = "vip"            # the params.yaml block: arms, seeds, steps, baselines
 params_file = "params.yaml"
-out_root = "results"
-workers = 0                # runs trained at once; 0 = params.yaml's `workers`
-profile = None             # None = params.yaml's `profile` (default | quick | smoke | ...)
+out_root = None            # None: results/ for the published default, else workspace/<profile>[-<hash>]/
+workers = 0                # runs trained at once; 0: params.yaml's `workers`
+profile = None             # None: params.yaml's `profile` (default | quick | smoke | ...)
 overrides = {}             # dotted config keys for every arm, e.g. {"optim.lr": 6e-5, "rollout.mean_rollouts": 4}
-seeds = None               # None = the section's seeds, e.g. [0]
-arms = None                # None = the section's arms, e.g. ["RLOO", "RLOO+VIP"]
-steps = None               # None = the section's steps (null there = the profile's length)
-gradvar_draws = None       # rollout sets per allocator and checkpoint (gradient variance); None = 30, quick: 6 of 16 prompts, 2 checkpoints
+seeds = None               # None: the section's seeds; e.g. [0] (papermill: -y 'seeds: [0]' or -p seeds '[0]')
+arms = None                # None: the section's arms, e.g. ["RLOO", "RLOO+VIP"]
+steps = None               # None: the section's steps (null there: the profile's length)
+gradvar_draws = None       # rollout sets per allocator and checkpoint (gradient variance); None: 30, quick: 6 of 16 prompts, 2 checkpoints
 
 # %%
-# Cached results load; only runs missing from results/ and the run cache (.cache/runs) train.
+# Cached results load; only runs missing from the output folder and the run cache (.cache/runs) train.
 from IPython.display import Markdown, display
 from replication.orchestration.grid import run_paper
 from replication.report import pipeline, plots, tables, paper_tables, lab, conclusions
 from replication.report.runs import list_runs
+from replication.stage_params import notebook_value
 
+# papermill's -p passes a list or mapping as text: read it as YAML
+overrides, seeds, arms = (notebook_value("overrides", overrides, dict) or {}, notebook_value("seeds", seeds, list),
+                          notebook_value("arms", arms, list))
 pr = run_paper(section, params_file, out_root, workers, profile=profile, overrides=overrides,
-               seeds=seeds, arms=arms, steps=steps)
+               seeds=seeds, arms=arms, steps=steps, notebook_params={"gradvar_draws": gradvar_draws})
 print(f"profile={pr.profile}  seeds={pr.seeds}  arms={pr.arm_names()}")
 runs = list_runs(pr.runs)
 runs[["arm", "seed", "steps", "rollouts_total", "wall_seconds"]]
+
+# %% [markdown]
+# ## Deviations from the paper (generated from `replication/specs/vip.yaml`)
+# Every setting in which an arm of this run differs from the paper, with the stated reason
+# (docs/deviations.md holds the same for every paper and profile).
+
+# %%
+from replication.report import deviations
+deviations_md = deviations.to_markdown(section, pr.profile, params_file)
+display(Markdown(deviations_md))
 
 # %% [markdown]
 # ## Held-out accuracy: {RLOO, Dr. GRPO} × {uniform, VIP} and the ablations (paper Tables 1, 3)
@@ -161,6 +176,7 @@ extra = {"predictor_study": pred_summary, "overhead": overhead}
 tables.write_tables({"heldout_after": table, "heldout_before": before, "comparisons": cmp,
                      "paper_vs_ours": pvo, "allocation_lab": lab_summary, **extra}, pr.tables)
 tables.write_summary_json(cmp, pr.out / "summary.json", profile=pr.profile, seeds=pr.seeds)
-text = conclusions.conclusions(comparisons=cmp, runs=runs, lab=lab_summary, paper=pvo)
+text = conclusions.conclusions(comparisons=cmp, evals=pr.ev, runs=runs, lab=lab_summary, paper=pvo)
 (pr.out / "conclusions.md").write_text(text)
+(pr.tables / "deviations.md").write_text(deviations_md)
 display(Markdown(text))

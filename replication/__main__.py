@@ -6,9 +6,13 @@
     python -m replication eval  --profile default --checkpoint runs/vip-s0 --out runs/vip-eval
     python -m replication prepare-model --profile smollm2       # converts into .cache/ (git-ignored)
 
+    python -m replication seal   results/vip/runs     # check old exports, write their manifests
+    python -m replication verify results/*/runs        # every run/export against its manifest
+
 Every argument is checked (and the profile validated) before any model is loaded. A user-facing
 error is one line on stderr naming the bad key, file or value, with exit code 2; a run that
-diverges (NaN/inf) exits 3; Ctrl-C exits 130.
+diverges (NaN/inf) exits 3; a damaged run or export, or a write that fails (disk full, I/O
+error), exits 1 with one line naming the file; Ctrl-C exits 130.
 """
 
 from __future__ import annotations
@@ -114,7 +118,14 @@ def build_parser() -> argparse.ArgumentParser:
     r = sub.add_parser("report", help="cross-paper summary from results/<paper>/summary.json")
     r.add_argument("--results", default=Path("results"), type=Path)
     r.add_argument("--out", default=Path("results/summary.md"), type=Path)
-    r.add_argument("--readme", type=Path, help="also refresh the results block of this README")
+    r.add_argument("--readme", type=Path, help="also refresh the results block of this README "
+                   "(published default only: refused for summaries of any other profile)")
+    r.add_argument("--beside", type=Path, metavar="RESULTS",
+                   help="also list this folder's papers (e.g. a trial's workspace/quick beside results)")
+
+    st = sub.add_parser("stage", help="run one DVC stage (dvc.yaml's cmd): validate, lock, run, swap in")
+    st.add_argument("stage", help="base, vip, dynamo, gdro or report")
+    st.add_argument("--params", default=Path("params.yaml"), type=Path)
 
     g = sub.add_parser("grad-variance", help="policy-gradient variance per allocator at checkpoints of a "
                        "uniform run (issue 10; replication/analysis/gradient_variance.py)")
@@ -141,6 +152,13 @@ def build_parser() -> argparse.ArgumentParser:
                    help="after a successful check, remove these old outputs (what DVC does to "
                         "non-persistent outputs, done only once the parameters are known good)")
 
+    sl = sub.add_parser("seal", help="check exported runs made before manifests (rows vs steps, run.json, "
+                                     "JSON) and write their MANIFEST.json; sealed ones are verified")
+    sl.add_argument("folders", nargs="+", type=Path, metavar="FOLDER",
+                    help="a run folder, or a results/<paper>/runs folder of <arm>/s<seed> exports")
+    vf = sub.add_parser("verify", help="verify runs and exports against their manifests")
+    vf.add_argument("folders", nargs="+", type=Path, metavar="FOLDER")
+
     sub.add_parser("profiles", help="list the available profiles")
     d = sub.add_parser("dry-run", help="validate a profile and print its plan (no GPU needed)")
     _common(d)
@@ -166,10 +184,14 @@ def _check_args(args: argparse.Namespace) -> None:
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
+    from replication.store import DamagedArtifact, DiskFull
     from replication.train.run_folder import NonFiniteError
 
     try:
         return _main(args)
+    except (DamagedArtifact, DiskFull) as e:  # one line naming the file (and the free space)
+        print(f"error: {e.strerror if isinstance(e, DiskFull) else e}", file=sys.stderr)
+        return 1
     except ConfigError as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
@@ -203,16 +225,22 @@ def _main(args: argparse.Namespace) -> int:
     if args.cmd == "profiles":
         print("\n".join(available_profiles()))
         return 0
+    if args.cmd in ("seal", "verify"):
+        return _seal_or_verify(args.cmd, args.folders)
     if args.cmd == "report":
-        from replication.report.summary import write_summary
+        from replication.report.summary import check_published, update_readme, write_summary
 
-        text = write_summary(args.results, args.out)
+        if args.readme:  # before writing anything: the README shows only the published default
+            check_published(args.results, args.beside)
+        text = write_summary(args.results, args.out, beside=args.beside)
         if args.readme:
-            from replication.report.summary import update_readme
-
             update_readme(args.readme, text)
         print(text)
         return 0
+    if args.cmd == "stage":
+        from replication.orchestration.stage import run_stage
+
+        return run_stage(args.stage, args.params)
     _check_args(args)
     cfg = load_profile(args.profile, _overrides(args))
     if args.cmd == "train":
@@ -269,6 +297,23 @@ def _main(args: argparse.Namespace) -> int:
 
         print(describe(cfg, gpus=args.world_size, accelerate_config=args.accelerate_config))
     return 0
+
+
+def _seal_or_verify(cmd: str, roots: list[Path]) -> int:
+    """Each run folder under ``roots``: sealed (``seal``) or verified; one line per folder, an
+    ``error:`` line on stderr for each damaged one (exit 1 if any)."""
+    from replication.report.run_evidence import run_folders, seal, verify_run
+    from replication.store import DamagedArtifact
+
+    bad = 0
+    for root in roots:
+        for folder in run_folders(root):
+            try:
+                print(seal(folder) if cmd == "seal" else (verify_run(folder) and f"{folder}: verifies"))
+            except DamagedArtifact as e:
+                print(f"error: {e}", file=sys.stderr)
+                bad += 1
+    return 1 if bad else 0
 
 
 if __name__ == "__main__":

@@ -43,6 +43,7 @@ from replication.rollout.base import SamplingConfig
 from replication.rollout.hf_engine import HFRolloutEngine
 from replication.tasks import TaskMixSpec, TaskSuite, build_tasks, generate_level, get_level, score_batch
 from replication.tasks.procedural import split_seed
+from replication.tasks.pools import twin_overlap
 
 from replication.config.sft_section import DEFAULT_SFT_MIX, SFTConfig  # noqa: F401  (the sft: section)
 
@@ -62,10 +63,12 @@ class Corpus:
     labels: torch.Tensor
     row_prob: np.ndarray
     sizes: dict
+    texts: list = dataclasses.field(default_factory=list)
+    """The corpus's problem texts (for the held-out overlap line of the report)."""
 
 
 def build_corpus(cfg: SFTConfig, suite: TaskSuite, tokenizer) -> Corpus:
-    rows, levels, sizes = [], [], {}
+    rows, levels, sizes, texts = [], [], {}, []
     for alias, weight in cfg.mix.items():
         if float(weight) <= 0:
             continue
@@ -73,6 +76,7 @@ def build_corpus(cfg: SFTConfig, suite: TaskSuite, tokenizer) -> Corpus:
         reserved = suite.reserved_texts(alias) if alias in suite.levels else set()
         items = generate_level(level, split_seed(cfg.seed, level, "sft"), cfg.corpus_per_level, "sft", reserved)
         sizes[alias] = len(items)
+        texts += [p.text for p in items]
         prompts = tokenizer([p.text for p in items])["input_ids"]  # <bos> + characters
         answers = tokenizer([p.answer for p in items], add_special_tokens=False)["input_ids"]
         rows += [(q, a + [tokenizer.eos_token_id]) for q, a in zip(prompts, answers)]
@@ -88,7 +92,7 @@ def build_corpus(cfg: SFTConfig, suite: TaskSuite, tokenizer) -> Corpus:
     # Each level gets its mix share of every batch, split evenly over its examples.
     total = sum(float(cfg.mix[a]) for a in sizes)
     row_prob = np.array([float(cfg.mix[a]) / total / sizes[a] for a in levels])
-    return Corpus(ids, mask, labels, row_prob / row_prob.sum(), sizes)
+    return Corpus(ids, mask, labels, row_prob / row_prob.sum(), sizes, texts)
 
 
 def lr_at(step: int, cfg: SFTConfig) -> float:
@@ -206,6 +210,10 @@ def run_sft(cfg: SFTConfig, out_dir: str | Path, tasks: TaskMixSpec | None = Non
         "tasks": _jsonable(dataclasses.asdict(tasks)),
         "levels": {a: dataclasses.asdict(i) for a, i in suite.levels.items()},
         "corpus_sizes": corpus.sizes,
+        # held-out problems with a twin (same signed terms, any order) in the SFT corpus: its own line
+        # (issue 20.7); the disjoint sets' twins are reserved, so those sets should read 0
+        "heldout_twins_in_sft_corpus": {name: twin_overlap(pool.texts, corpus.texts)
+                                        for name, pool in suite.heldout.items()},
         "parameters": count_parameters(model),
         "final_loss": round(float(np.mean(losses[-50:])), 4),
         "train_seconds": round(train_seconds, 1),

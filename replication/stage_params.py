@@ -130,3 +130,27 @@ def clear_outputs(paths: list[Path]) -> None:
             shutil.rmtree(p)
         elif Path(p).exists() or Path(p).is_symlink():
             Path(p).unlink()
+
+
+# ----------------------------------------------------------------------------- notebook parameters
+
+_EXAMPLES = {"seeds": "[0, 1]", "arms": '["RLOO", "RLOO+VIP"]', "overrides": '{optim.lr: 6.0e-5}'}
+
+
+def notebook_value(name: str, value: Any, kind: type) -> Any:
+    """A notebook parameter that must be a list or a mapping. papermill's ``-p seeds '[0]'`` passes
+    the text "[0]"; it is read as YAML here. Anything else is one line saying how to pass it."""
+    import yaml
+
+    if value is None:
+        return None
+    shape = "list" if kind is list else "mapping"
+    hint = f"with papermill pass it as YAML: -y '{name}: {_EXAMPLES.get(name, '...')}' or -p {name} '{_EXAMPLES.get(name, '...')}'"
+    if isinstance(value, str):
+        try:
+            value = yaml.safe_load(value)
+        except yaml.YAMLError:
+            raise ConfigError(f"notebook parameter {name}: cannot read {value!r} as a {shape}; {hint}") from None
+    if not isinstance(value, kind):
+        raise ConfigError(f"notebook parameter {name}: expected a {shape}, got {value!r}; {hint}")
+    return value

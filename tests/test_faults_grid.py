@@ -1,5 +1,6 @@
 """Fault injection (issue 11), grids: a signal stops a grid promptly and starts no queued run; a
-real grid killed at a random moment leaves no trainer behind and a re-run resumes it."""
+real grid killed at a random moment leaves no trainer behind and a re-run resumes it, every
+cache entry and export then complete (issue 18: manifests verify; tests/evidence has the rest)."""
 
 from __future__ import annotations
 
@@ -16,6 +17,7 @@ from pathlib import Path
 import pytest
 
 from replication.__main__ import main
+from replication.report.run_evidence import verify_run
 from replication.train import checkpoint as ck
 
 from proc_helpers import alive, run_metrics, wait_until
@@ -128,6 +130,15 @@ def test_grid_killed_at_random_moment_then_rerun_resumes(small_overrides, tmp_pa
     assert r.returncode == 0, r.stderr[-3000:]
     done = sorted(cache.glob("*/metrics.json"))
     assert len(done) == 4
+    # issue 18: every cache entry and every export is complete (its manifest verifies); the
+    # trainers' output went beside the entries, and no writer lock is left held
+    for d in done:
+        verify_run(d.parent, kind="run")
+        assert not (d.parent / "train.log").exists() and (cache / f"{d.parent.name}.log").exists()
+    exports = sorted(out.glob("*/s*"))
+    assert len(exports) == 4
+    for d in exports:
+        verify_run(d, kind="export")
     # a resumed run ends where an uninterrupted one does
     key = next(iter(checkpointed), None)
     if key is not None:

@@ -17,7 +17,8 @@ import pytest
 
 from replication.config import available_profiles, load_profile
 from replication.evaluate.metrics import IN_DISTRIBUTION_SUFFIX, headline_sets
-from replication.tasks.pools import TaskMixSpec, build_tasks, canonical, overlap
+from replication.tasks.pools import TaskMixSpec, build_tasks, canonical, overlap, twin_overlap
+from replication.tasks.procedural import signed_terms, twin_key, twins
 
 FIX = Path(__file__).parent / "fixtures" / "math"
 EVAL_FIXTURES = {
@@ -28,10 +29,12 @@ EVAL_FIXTURES = {
 TRAIN_FIXTURES = {"dapo17k": FIX / "dapo17k", "dapo17k_en": FIX / "dapo17k_en"}
 
 
-def _disjoint_or_indist(train_texts, evals) -> None:
-    train = {canonical(t) for t in train_texts}
+def _disjoint_or_indist(train_texts, evals, twin=False) -> None:
+    """Procedural sets: disjoint up to the order of signed terms (``twin_key``, issue 20.7)."""
+    key = (lambda t: twin_key(canonical(t))) if twin else canonical
+    train = {key(t) for t in train_texts}
     for name in headline_sets(evals):
-        shared = {canonical(t) for t in evals[name].texts} & train
+        shared = {key(t) for t in evals[name].texts} & train
         assert not shared, f"{name}: {len(shared)} problems also in the train pool, e.g. {sorted(shared)[:3]}"
 
 
@@ -43,7 +46,7 @@ def test_every_profile_headline_sets_are_disjoint_from_training(profile):
     if cfg.task.kind == "procedural":
         data = build_data(cfg)
         assert data.eval_sets, f"{profile}: no evaluation sets"
-        _disjoint_or_indist(data.train.texts, data.eval_sets)
+        _disjoint_or_indist(data.train.texts, data.eval_sets, twin=True)
         # The task suite itself, problem by problem (text and answer), with the profile's options.
         opts = {k: v for k, v in cfg.task.options.items() if k in TaskMixSpec.__dataclass_fields__}
         if opts.get("heldout_levels") is not None:
@@ -122,3 +125,24 @@ def test_math_training_pool_drops_evaluation_problems(monkeypatch):
     cfg = load_profile("paper-vip", {"task.options.eval": ["aime24"]})
     data = build_data(cfg)
     assert data.train.ids == ["d/0", "d/1"]  # "what is 2+2?" is the AIME problem up to case/space
+
+
+def test_twins_are_the_same_signed_terms_in_another_order():
+    assert signed_terms("5-0+3=") == ["+5", "-0", "+3"] and signed_terms("4*1*7=") == ["4", "1", "7"]
+    assert twin_key("5-0+3=") == twin_key("3+5-0=") != twin_key("5+0-3=")
+    assert twins("5-0+3=") == {"5-0+3=", "3+5-0=", "5+3-0=", "3-0+5="}  # a printed sum starts with a + term
+    assert twins("4*1*7=") == {"4*1*7=", "4*7*1=", "1*4*7=", "1*7*4=", "7*4*1=", "7*1*4="}
+    assert twins("42-25=") == {"42-25="}  # -25+42 cannot be printed: no twin but itself
+
+
+def test_default_heldout_sets_have_no_twin_in_the_train_pool_and_the_sft_corpus_line():
+    """Issue 20.7: 101 of 200 add1t3-heldout problems had a twin (5-0+3 vs 3+5-0) in the RL pool."""
+    cfg = load_profile("default")
+    opts = {k: v for k, v in cfg.task.options.items() if k in TaskMixSpec.__dataclass_fields__}
+    suite = build_tasks(TaskMixSpec(**opts))
+    for name in headline_sets(suite.heldout):
+        assert overlap(suite, name) == set(), name
+        assert twin_overlap(suite.heldout[name].texts, suite.train.texts) == 0
+
+    reserved = suite.reserved_texts("add1t3")  # what the SFT corpus may not hold
+    assert all(t in reserved for h in suite.heldout["add1t3-heldout"].texts for t in twins(h))

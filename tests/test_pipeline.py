@@ -64,11 +64,15 @@ def test_dvc_yaml_stages_and_params():
     for paper in PAPERS:
         stage = dvc["stages"][paper]
         assert f"notebooks/{paper}.ipynb" in stage["deps"]
-        # parameters are validated before any output is touched (issue 11): outputs persist (DVC
-        # would delete them before cmd) and the cmd clears them only after validation
-        assert stage["cmd"].startswith(f"python -m replication validate --params params.yaml --stage {paper}")
+        # the stage runner validates before any output is touched (issue 11), so outputs persist
+        # (DVC would delete them before cmd); it swaps new products in only on success (issue 18.5)
+        assert stage["cmd"] == f"python -m replication stage {paper}"
         outs = [next(iter(o.values())) for o in stage["outs"] + stage["metrics"]]
         assert all(o.get("persist") for o in outs)
+        # a trial profile's outputs are DVC outputs too, in its git-ignored workspace (issue 18.4)
+        names = [next(iter(o)) for o in stage["outs"]]
+        assert f"workspace/${{profile}}/{paper}" in names
+        assert (ROOT / "workspace" / "default" / paper / "README.md").exists()
         sec = params[paper]
         assert len(sec["seeds"]) >= 3
         assert set(sec["baseline"]).issubset(sec["arms"]) and set(sec["baseline"].values()).issubset(sec["arms"])
@@ -86,6 +90,30 @@ def test_readme_results_block_matches_the_pipeline_summary():
     assert block == body, "README is stale: run `python -m replication report --readme README.md`"
     stage = yaml.safe_load((ROOT / "dvc.yaml").read_text())["stages"]["report"]
     assert "README" not in stage["cmd"] and "README.md" not in str(stage.get("outs"))
+
+
+@pytest.mark.parametrize("name", PAPERS)
+def test_papermill_reads_every_parameter_without_warnings(name, caplog):
+    """A comment with a second `=` on a parameter line made papermill warn "Unable to parse line"
+    six times per notebook (issue 18.12) and drop those parameters from its inspection."""
+    import logging
+
+    from papermill.inspection import _infer_parameters
+    from papermill.iorw import load_notebook_node
+
+    with caplog.at_level(logging.WARNING, logger="papermill"):
+        found = [p.name for p in _infer_parameters(load_notebook_node(str(ROOT / "notebooks" / f"{name}.ipynb")))]
+    assert not [r for r in caplog.records if "Unable to parse" in r.getMessage()]
+    assert {"section", "out_root", "profile", "overrides", "seeds", "arms", "steps", "gradvar_draws"} <= set(found)
+
+
+def test_workspace_is_ignored_but_its_default_stand_ins_are_committed():
+    def ignored(path: str) -> bool:
+        return subprocess.run(["git", "check-ignore", "-q", path], cwd=ROOT).returncode == 0
+
+    assert ignored("workspace/quick/vip/summary.json") and ignored("workspace/quick-1a2b3c4d/vip")
+    assert ignored("results/.vip.lock") and ignored("results/.vip.stage-123")
+    assert not ignored("workspace/default/vip/README.md") and not ignored("results/vip/summary.json")
 
 
 def test_dvc_sees_a_valid_pipeline():

@@ -56,6 +56,7 @@ from replication.allocation.vip import (
     allocate_separable,
     official_code_options as vip_official_code_options,
 )
+from replication.allocation.vip_probe import VIPProbe, VIPProbeConfig
 # --- DynaMO: dynamic rollout allocation
 from replication.allocation.dynamo import OFFICIAL_CODE_OPTIONS as DYNAMO_OFFICIAL_CODE_OPTIONS
 from replication.allocation.dynamo import DynamoDRA, floor_proportional_allocation
@@ -113,6 +114,8 @@ __all__ = [
     "VIPConfig",
     "VIPInverseAccuracy",
     "VIPInverseVariance",
+    "VIPProbe",
+    "VIPProbeConfig",
     "VIPRidge",
     "allocate_separable",
     "available_embedders",

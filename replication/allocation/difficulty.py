@@ -11,11 +11,17 @@ assumes which bins an adversary will favour — the bin index is simply the pass
 
 Everything is keyed by prompt id. The official code applied the previous step's labels by batch
 position to a reshuffled batch (gdro.md, code caveats); a classifier keyed by id cannot do that.
+
+Official-code options (kishanpb/verl-gdro, verl/trainer/group_dro_grpo.py, PassKOnlineClassifier;
+docs/fidelity/gdro.md #11a): custom ``edges`` (its ``passk_edges``), ``exclude_extremes`` (an
+estimate of exactly 0 or 1 goes to one extra class, index ``n_bins - 1``, which the weighter
+treats like any other class) and ``hysteresis_rule="code"`` (its boundary test).
 """
 
 from __future__ import annotations
 
 import dataclasses
+import json
 from collections import deque
 from collections.abc import Hashable, Mapping, Sequence
 from typing import Any
@@ -25,12 +31,24 @@ import numpy as np
 from replication.allocation.base import successes_per_prompt
 
 UNSEEN_POLICIES = ("prior_bin", "zero_score")
+HYSTERESIS_RULES = ("nearest", "code")
 
 
 @dataclasses.dataclass
 class DifficultyConfig:
     n_bins: int = 10
-    """B, number of difficulty bins; edges are k/B for k = 1..B-1 (paper: 10 bins, edges 0.1..0.9)."""
+    """B, number of classes the classifier hands out; without ``edges`` the pass-rate bins have
+    edges k/B' for k = 1..B'-1, B' = B - [exclude_extremes] (paper: 10 bins, edges 0.1..0.9)."""
+    edges: list[float] | None = None
+    """Upper edges of the pass-rate bins, strictly increasing inside (0, 1); an estimate on an
+    edge belongs to the upper bin (code: ``acc < edge``). None = k/B'. Not in the paper; the
+    official code's ``passk_edges`` (e.g. 0.01,0.2,0.4,0.6,0.8,0.99: 7 bins). ``n_bins`` must
+    then be len(edges) + 1 + [exclude_extremes]."""
+    exclude_extremes: bool = False
+    """Send an estimate of exactly 0 or exactly 1 (an unseen prompt under 'zero_score' too) to
+    one extra class, the last index ``n_bins - 1``, outside the pass-rate order; the weighter
+    gives it its own score and weight and the code's focus map never names it. Not in the paper;
+    official code ``passk_exclude_extremes`` (its 3-bin and softf run cases)."""
     window: int | None = None
     """H, visits per prompt in the moving mean; None = cumulative mean over all visits. The paper
     gives no H; the official code uses 50 or 100, which with ~18 visits per prompt over a paper
@@ -38,6 +56,12 @@ class DifficultyConfig:
     hysteresis: float = 0.0
     """δ: a prompt leaves its bin only after its estimate crosses the bin boundary by δ.
     Paper: none (0). Official code: 0.03."""
+    hysteresis_rule: str = "nearest"
+    """Which boundary δ is measured from. 'nearest': every crossed boundary counts, the prompt
+    lands in the bin above (below) the farthest one crossed by δ. 'code' (official code, custom
+    edges): moving up it must pass the FIRST boundary above its bin by δ and then lands in the
+    raw bin; moving down it must be δ below the boundary just above the raw bin, else it stays.
+    The two agree on moves to a neighbouring bin."""
     unseen: str = "prior_bin"
     """Bin of a prompt with no history. 'prior_bin' (paper: the mean over the available history
     is undefined without history, so a prior bin is used) or 'zero_score' (official code: an
@@ -57,6 +81,24 @@ class DifficultyConfig:
             raise ValueError(f"unseen must be one of {UNSEEN_POLICIES}, got {self.unseen!r}")
         if self.prior_bin is not None and not 0 <= int(self.prior_bin) < int(self.n_bins):
             raise ValueError(f"prior_bin must be in [0, n_bins-1={int(self.n_bins) - 1}], got {self.prior_bin!r}")
+        if self.hysteresis_rule not in HYSTERESIS_RULES:
+            raise ValueError(f"hysteresis_rule must be one of {HYSTERESIS_RULES}, got {self.hysteresis_rule!r}")
+        if not isinstance(self.exclude_extremes, bool):
+            raise ValueError(f"exclude_extremes must be true or false, got {self.exclude_extremes!r}")
+        extra = int(self.exclude_extremes)
+        if self.edges is None:
+            if int(self.n_bins) - extra < 1:
+                raise ValueError(f"n_bins must be >= 2 with exclude_extremes, got {self.n_bins!r}")
+            return
+        try:
+            e = [float(x) for x in self.edges]
+        except (TypeError, ValueError):
+            raise ValueError(f"edges must be a list of numbers, got {self.edges!r}") from None
+        if not e or not all(0.0 < x < 1.0 for x in e) or any(b <= a for a, b in zip(e, e[1:])):
+            raise ValueError(f"edges must be strictly increasing numbers inside (0, 1), got {self.edges!r}")
+        if int(self.n_bins) != len(e) + 1 + extra:
+            raise ValueError(f"n_bins must be len(edges) + 1{' + 1 (exclude_extremes)' if extra else ''}"
+                             f" = {len(e) + 1 + extra} for edges {e}, got {self.n_bins!r}")
 
 
 def any_correct(counts: np.ndarray, rewards: np.ndarray) -> np.ndarray:
@@ -76,16 +118,26 @@ class DifficultyClassifier:
         self.config = config
         b = int(config.n_bins)
         self.n_bins = b
-        self.edges = np.arange(1, b) / b
+        ranked = b - int(config.exclude_extremes)
+        self.edges = np.arange(1, ranked) / ranked if config.edges is None else np.asarray(config.edges, dtype=np.float64)
         # Cumulative mode keeps [hits, visits]; windowed mode keeps the last H indicators.
         self._hist: dict[Hashable, Any] = {}
         self._bin: dict[Hashable, int] = {}
+        # Last pass-rate bin (never the excluded class): what hysteresis is measured from, also
+        # after a stay in the excluded class (the code keeps its _last_bin through it).
+        self._ranked: dict[Hashable, int] = {}
+
+    @property
+    def excluded_bin(self) -> int | None:
+        """Index of the class of estimates exactly 0 or 1 under ``exclude_extremes``, else None."""
+        return self.n_bins - 1 if self.config.exclude_extremes else None
 
     # ----------------------------------------------------------------- queries
     @property
     def unseen_bin(self) -> int:
         if self.config.unseen == "zero_score":
-            return 0
+            # the code scores an unseen prompt 0, which exclude_extremes sends to the extra class
+            return 0 if self.excluded_bin is None else self.excluded_bin
         pb = self.config.prior_bin
         return self.n_bins // 2 if pb is None else int(pb)
 
@@ -128,7 +180,11 @@ class DifficultyClassifier:
             raise ValueError("duplicate prompt id in one update; ids must be unique per step")
         for pid, hit in zip(ids, c.astype(bool).tolist()):
             self._record(pid, int(hit))
-            self._bin[pid] = self._next_bin(pid, self.score(pid))
+            score = self.score(pid)
+            if self.excluded_bin is not None and score in (0.0, 1.0):
+                self._bin[pid] = self.excluded_bin  # the ranked bin is kept for hysteresis
+                continue
+            self._bin[pid] = self._ranked[pid] = self._next_bin(pid, score)
 
     def _record(self, pid: Hashable, hit: int) -> None:
         h = self._hist.get(pid)
@@ -144,12 +200,22 @@ class DifficultyClassifier:
 
     def _next_bin(self, pid: Hashable, score: float) -> int:
         raw = self.bin_of_score(score)
-        old = self._bin.get(pid)
+        old = self._ranked.get(pid)
         delta = float(self.config.hysteresis)
-        # The first labelled visit takes the raw bin under both unseen policies: the unseen bin is
-        # a placeholder, not evidence the estimate must overcome.
+        code = self.config.hysteresis_rule == "code"
+        if old is None and code and self.config.unseen == "zero_score" and self.excluded_bin is None:
+            old = 0  # the code's classify of the unseen prompt stored bin 0 as its last bin
+        # Otherwise the first labelled visit takes the raw bin under both unseen policies: the
+        # unseen bin is a placeholder, not evidence the estimate must overcome.
         if old is None or delta == 0.0 or raw == old:
             return raw
+        if code:
+            # group_dro_grpo.py PassKOnlineClassifier.classify: boundary = edges[min(prev, raw)]
+            edge = float(self.edges[min(old, raw)])
+            s = round(float(score), 12)
+            if raw > old:
+                return raw if s >= round(edge + delta, 12) else old
+            return raw if s <= round(edge - delta, 12) else old
         # Moving up, only boundaries e with score >= e + δ count as crossed; the landing bin is
         # the one above the highest such boundary (= raw bin of score − δ). Symmetric downwards.
         if raw > old:
@@ -163,16 +229,20 @@ class DifficultyClassifier:
             "config": dataclasses.asdict(self.config),
             "history": [(pid, list(h)) for pid, h in self._hist.items()],
             "bin": [(pid, b) for pid, b in self._bin.items()],
+            "ranked": [(pid, b) for pid, b in self._ranked.items()],
         }
 
     def load_state_dict(self, state: Mapping[str, Any]) -> None:
-        if dict(state["config"]) != dataclasses.asdict(self.config):
+        # Through JSON on both sides: edges given as a tuple come back as a list.
+        if json.loads(json.dumps(dict(state["config"]))) != json.loads(json.dumps(dataclasses.asdict(self.config))):
             raise ValueError("classifier state was saved under a different DifficultyConfig")
         self._hist = {}
         for pid, h in state["history"]:
             pid = _hashable(pid)
             self._hist[pid] = list(h) if self.config.window is None else deque(h, maxlen=int(self.config.window))
         self._bin = {_hashable(pid): int(b) for pid, b in state["bin"]}
+        # States saved before the excluded class existed: every bin was a ranked bin.
+        self._ranked = {_hashable(pid): int(b) for pid, b in state.get("ranked", state["bin"])}
 
 
 def _hashable(pid: Any) -> Hashable:

@@ -83,15 +83,22 @@ class PromptGDROConfig:
     over the batch's rollout rows, then capped (official code)."""
     focus_map: dict[int, float] | None = None
     """Official code only (``passk_focus_map`` of its ``hardf``/``softf`` run cases; not in the
-    paper): a hand-set multiplier per bin, applied to the weights after the cap. It is where the
-    code's scripts get weights that depart from uniform at all, since the loss signal is ≈ 0 by
-    construction (docs/fidelity/gdro.md #11). E.g. {0: 0.0, 9: 0.0} drops the bins of pass rate
-    < 0.1 and ≥ 0.9 once ramped in. None = off (paper)."""
+    paper): a hand-set multiplier per bin; in ``q_mean1`` mode applied to q before the mean-1
+    rescale, as the code does (``omega`` mode: after the cap). It is where the code's scripts get
+    weights that depart from uniform at all, since the loss signal is ≈ 0 by construction
+    (docs/fidelity/gdro.md #11, #11a). E.g. hardf's {0: 0.0, 6: 0.0} over its 7 bins drops the
+    pass rates < 0.1 and ≥ 0.9 once ramped in. None = off (paper)."""
     focus_warmup_steps: int = 0
-    """Steps (observed updates) before the focus map acts (code's hardf/softf: 50 of 1000)."""
+    """Steps (observed updates) before the focus map acts (code's hardf/softf: 50 of its
+    script's 500)."""
     focus_ramp_steps: int = 0
     """Steps over which the focus multiplier moves linearly from 1 to its target after the
-    warm-up; 0 = at once (code's hardf/softf: 200 of 1000)."""
+    warm-up; 0 = at once (code's hardf/softf: 200 of its script's 500 steps)."""
+    classifier: dict | None = None
+    """Options of the DifficultyClassifier (difficulty.py) that bins the prompts for these
+    weights when the allocator keeps none; None = the paper's classifier. Its ``n_bins`` (all
+    classes, an excluded class included) must equal ``n_bins`` here. Official code: its run
+    case's ``passk_*`` options (docs/fidelity/gdro.md #11a)."""
 
     def __post_init__(self) -> None:
         if self.focus_map is not None:
@@ -128,6 +135,18 @@ class PromptGDROConfig:
             v = getattr(self, name)
             if isinstance(v, bool) or int(v) != v or v < 0:
                 raise ValueError(f"{name} must be an integer >= 0, got {v!r}")
+        if self.classifier is not None:
+            if not isinstance(self.classifier, Mapping):
+                raise ValueError(f"classifier must be a mapping of DifficultyConfig options, got {self.classifier!r}")
+            from replication.allocation.difficulty import DifficultyConfig
+
+            try:
+                clf = DifficultyConfig(**self.classifier)
+            except TypeError as e:
+                raise ValueError(f"classifier: {e}") from None
+            clf.validate()
+            if int(clf.n_bins) != int(self.n_bins):
+                raise ValueError(f"classifier.n_bins = {clf.n_bins} but n_bins = {self.n_bins}: the weights need one score per class")
         for b, m in (self.focus_map or {}).items():
             if not 0 <= b < int(self.n_bins):
                 raise ValueError(f"focus_map bin {b} is outside [0, {int(self.n_bins) - 1}]")
@@ -183,13 +202,17 @@ class PromptGDRO:
         cap = float(self.config.omega_max)
         if self.config.mode == "omega":
             w = np.minimum(self.omega()[b], cap)
+            w = w * self.focus()[b]
         else:
-            q = self.distribution(np.bincount(b, minlength=self.n_bins) > 0)[b]
+            # The code applies the focus multiplier inside compute_weights, BEFORE the mean-1
+            # rescale (ray_trainer.py: w_vec * n/s, skipped when s = 0), so masked rows hand their
+            # mass to the others; when every row is masked all weights stay 0.
+            q = self.distribution(np.bincount(b, minlength=self.n_bins) > 0)[b] * self.focus()[b]
             rows = float(n.sum())
             if rows <= 0:
                 raise ValueError("q_mean1 mode needs at least one rollout row (counts sum to 0)")
-            w = np.minimum(q * rows / float((n * q).sum()), cap)
-        w = w * self.focus()[b]
+            mass = float((n * q).sum())
+            w = np.minimum(q * rows / mass, cap) if mass > 0 else q
         mass = np.bincount(b, weights=w * n, minlength=self.n_bins)
         total = mass.sum()
         self._last_mass = mass / total if total > 0 else np.full(self.n_bins, np.nan)

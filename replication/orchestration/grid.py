@@ -3,8 +3,10 @@
     pr = run_paper("vip")                                   # params.yaml's arms, seeds, steps
     pr = run_paper("vip", overrides={"optim.lr": 6e-5}, seeds=[0], arms=["RLOO", "RLOO+VIP"])
 
-A run whose export in ``results/<paper>/runs/<arm>/s<seed>/`` carries the same cache key is
-loaded as is; one in the run cache is exported; only the rest trains (with a progress bar).
+A run whose export in ``results/<paper>/runs/<arm>/s<seed>/`` verifies and carries the same cache
+key is loaded as is; one in the run cache is exported; only the rest trains (with a progress bar).
+Every export is checked before anything trains: a damaged one stops the grid with an error
+naming it (run_cache.exported_key); a damaged cache entry is retrained with a warning.
 The returned ``PaperRun`` (``replication.report.pipeline``) holds the tidy frames the notebooks read.
 """
 
@@ -49,13 +51,13 @@ def run_grid(
     for arm, seed in jobs:
         dest = out_dir / _slug(arm.name) / f"s{seed}"
         key = keys[arm.name, seed]
-        if exported_key(dest) == key:
-            rows.append({"arm": arm.name, "seed": seed, "dir": str(dest)})
-        elif cached_run(key, cache) is not None:
-            export_run(cached_run(key, cache), dest, key)
-            rows.append({"arm": arm.name, "seed": seed, "dir": str(dest)})
-        else:
-            todo.append((arm, seed))
+        if exported_key(dest) != key:
+            cached = cached_run(key, cache, warn=False)  # ensure_run warns when it retrains
+            if cached is None:
+                todo.append((arm, seed))
+                continue
+            export_run(cached, dest, key)
+        rows.append({"arm": arm.name, "seed": seed, "dir": str(dest)})
     print(f"{len(jobs)} runs: {len(jobs) - len(todo)} already trained, {len(todo)} to train")
     if todo:
         # Ctrl-C / SIGTERM (RunGuard): queued runs never start, running ones are terminated;
@@ -98,19 +100,34 @@ def load_section(section: str, params_file: str | Path = "params.yaml") -> dict[
     return sec
 
 
-def run_paper(section: str, params_file: str | Path = "params.yaml", out_root: str | Path = "results",
+def run_paper(section: str, params_file: str | Path = "params.yaml", out_root: str | Path | None = None,
               workers: int | None = None, *, profile: str | None = None, overrides: dict | None = None,
               seeds: list[int] | None = None, arms: list[str] | None = None,
-              steps: int | None = None) -> PaperRun:
+              steps: int | None = None, notebook_params: dict | None = None) -> PaperRun:
     """Train (or load) a paper's grid and read it back. ``profile``, ``overrides`` (dotted config
-    keys applied to every arm), ``seeds``, ``arms`` and ``steps`` replace params.yaml's choice."""
+    keys applied to every arm), ``seeds``, ``arms`` and ``steps`` replace params.yaml's choice;
+    ``notebook_params``: the notebook's other parameters that change its outputs.
+
+    ``out_root`` None picks the place (orchestration.workspace): results/ for the published default
+    only, else the trial's own ``workspace/<profile>[-<hash>]/``; an explicit ``out_root`` that is
+    results/ is refused for a trial. The paper folder's writer lock is held for this process's life
+    (a second writer on the same folder gets one line naming the holder), unless a DVC stage holds
+    it for us (orchestration.stage), which also sends the products to its temporary folder."""
+    from replication.orchestration.workspace import claim_output, paper_place
+    from replication.stage_params import load_params, notebook_value
+
     sec = load_section(section, params_file)
+    overrides = notebook_value("overrides", overrides, dict)
+    seeds = notebook_value("seeds", seeds, list)
+    arms = notebook_value("arms", arms, list)
+    notebook = {"overrides": overrides, "seeds": seeds, "arms": arms, "steps": steps, **(notebook_params or {})}
+    place = paper_place(section, params_file, load_params(params_file), profile=profile, notebook=notebook)
     if profile:
         sec["profile"] = profile
     arm_list, seed_list = select_arms(sec, overrides, seeds, arms)
-    out = Path(out_root) / section
+    out, products = claim_output(section, place, out_root)
     n_steps = steps if steps is not None else sec.get("steps")
     runs = run_grid(sec["profile"], arm_list, seed_list, out / "runs", steps=n_steps,
                     workers=workers or sec["workers"])
     return load_paper_run(section, sec["profile"], seed_list, [a.name for a in arm_list],
-                          sec.get("baseline") or {}, out, runs)
+                          sec.get("baseline") or {}, products, runs)

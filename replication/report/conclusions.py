@@ -23,6 +23,10 @@ def _pct(x: float, digits: int = 1) -> str:
     return f"{x:.{digits}f}".replace("-", "\u2212")
 
 
+def _signed(x: float, digits: int = 1) -> str:
+    return _pct(x, digits) if x < 0 else f"+{x:.{digits}f}"
+
+
 def _sig(r) -> bool:
     return bool(getattr(r, "significant_holm", getattr(r, "significant", False)))
 
@@ -36,7 +40,7 @@ def arm_conclusions(cmp_df: pd.DataFrame, set_name: str = "average") -> str:
         return f"No comparisons on the {set_name!r} set."
     base = part["baseline"].iloc[0]
     fam = ""
-    if "family_size" in part:
+    if "family_size" in part and int(part["family_size"].iloc[0]) > 0:  # no "over all 0 comparisons"
         fam = (f" p-values are raw and Holm-adjusted over all {int(part['family_size'].iloc[0])} comparisons of "
                "this paper; MDE = minimum detectable effect (paired two-sided t, α = 0.05, power 0.8, "
                "(t₀.₉₇₅ + t₀.₈)·sd/√n over seeds).")
@@ -58,9 +62,56 @@ def arm_conclusions(cmp_df: pd.DataFrame, set_name: str = "average") -> str:
         verdict.append(f"p < 0.05 before but not after the correction: {', '.join(raw_only)}")
     if "mde" in part and np.isfinite(part["mde"]).any():
         lo, hi = np.nanmin(part["mde"]) * 100, np.nanmax(part["mde"]) * 100
-        verdict.append(f"the seeds could only detect true differences of about {_pct(lo)}–{_pct(hi)} pts")
+        span = _pct(lo) if _pct(lo) == _pct(hi) else f"{_pct(lo)}–{_pct(hi)}"  # not "1.1–1.1"
+        verdict.append(f"the seeds could only detect true differences of about {span} pts")
     lines.append("")
     lines.append("In short: " + "; ".join(verdict) + ".")
+    return "\n".join(lines)
+
+
+def significant_after_holm(cmp_df: pd.DataFrame) -> str:
+    """Every comparison significant after Holm, on any held-out set and any metric (issue 20.4):
+    a conclusion that reads only the average must not hide a per-set effect its own table marks."""
+    if cmp_df.empty or "significant_holm" not in cmp_df:
+        return ""
+    sig = cmp_df[cmp_df["significant_holm"].astype(bool)]
+    fam = int(cmp_df["family_size"].iloc[0]) if "family_size" in cmp_df else len(cmp_df)
+    if sig.empty:
+        return (f"No comparison is significant after Holm's correction, on any held-out set or metric "
+                f"(one family of {fam} tests).")
+    lines = [f"Significant after Holm's correction (one family of {fam} tests; any held-out set, any metric):"]
+    for r in sig.itertuples():
+        word = "better" if r.diff > 0 else "worse"
+        lines.append(f"- {r.arm} vs {r.baseline}, {r.set} {r.metric}: {word}, {r.text}.")
+    return "\n".join(lines)
+
+
+def baseline_moves(eval_df: pd.DataFrame, baselines: list[str], sets: tuple[str, ...] = ("average",)) -> str:
+    """What training does to the baselines themselves (issue 20.4): for every metric, held-out
+    after − before paired over seeds; every metric whose 95 % CI excludes 0 is listed, falls
+    (e.g. pass@k while mean@k rises) as well as gains."""
+    from replication.report.diagnostics import heldout_gain
+
+    moved, flat = [], []
+    for base in dict.fromkeys(baselines):
+        for set_name in sets:
+            for metric in sorted(set(eval_df.loc[(eval_df["arm"] == base) & (eval_df["set"] == set_name), "metric"])):
+                g = heldout_gain(eval_df, base, metric, set_name)
+                if g.n < 2 or not np.isfinite(g.lo):
+                    flat.append(f"{base} {metric} (one seed)")
+                    continue
+                txt = (f"{base}, {set_name} {metric}: {_signed(g.diff * 100)} pts "
+                       f"[{_signed(g.lo * 100)}, {_signed(g.hi * 100)}]")
+                if g.lo > 0:
+                    moved.append(txt + " (rises)")
+                elif g.hi < 0:
+                    moved.append(txt + " (falls)")
+                else:
+                    flat.append(f"{base} {set_name} {metric}")
+    lines = ["What RL training does to the baselines (held-out after − before, paired over seeds, 95 % CI):"]
+    lines += [f"- {m}." for m in moved] or ["- no metric moves: every interval includes 0."]
+    if flat:
+        lines.append(f"Within noise: {', '.join(flat)}.")
     return "\n".join(lines)
 
 
@@ -216,14 +267,19 @@ def conclusions(*, comparisons: pd.DataFrame | None = None, runs: pd.DataFrame |
                 lab: pd.DataFrame | None = None, paper: pd.DataFrame | None = None,
                 wse: pd.DataFrame | None = None, predictor: pd.DataFrame | None = None,
                 gdro_signal: pd.DataFrame | None = None, rollout_gdro_signal: pd.DataFrame | None = None,
-                set_name: str = "average") -> str:
+                set_name: str = "average", evals: pd.DataFrame | None = None) -> str:
     """All available paragraphs, Markdown, in a fixed order. For VIP the predictor study is
-    included (``predictor``, or read from the paper's tables folder when not given)."""
+    included (``predictor``, or read from the paper's tables folder when not given). With ``evals``
+    (the held-out frame) the baselines' own before → after moves are listed (issue 20.4)."""
     if predictor is None:
         predictor = _predictor_from_tables(comparisons)
     out = []
     if comparisons is not None:
         out.append(arm_conclusions(comparisons, set_name))
+        if not comparisons.empty:
+            out.append(significant_after_holm(comparisons))
+            if evals is not None:
+                out.append(baseline_moves(evals, list(comparisons["baseline"])))
     if paper is not None:
         out.append(paper_conclusion(paper))
     if wse is not None:

@@ -151,7 +151,7 @@ def mechanism_report(pr, baseline: str, *, vip: str | None = None, prompt_gdro: 
                                predictor_mae=predictor_mae if arms["vip"] else None, **arms)
     show("\nRegime diagnostics (issue 10): is the small-scale setting a fair test of the mechanism?")
     show(format_diagnostics(diag))
-    se_cols = [c for c in se.columns if not c.endswith(("_mean", "_lo", "_hi"))]
+    se_cols = [c for c in se.columns if not c.endswith(("_mean", "_lo", "_hi", "_median")) and c != "censored"]
     shown_diag = diag.assign(**{"pass": diag["pass"].map(_verdict)})
     write_tables({"engagement": eng, "sample_efficiency": se[se_cols], "diagnostics": shown_diag}, pr.tables)
     return {"engagement": eng, "sample_efficiency": se, "diagnostics": diag}

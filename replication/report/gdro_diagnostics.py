@@ -22,6 +22,12 @@ prompt; the reported reduction is 1 − mean_t WSE / mean_t WSE_uniform (paper: 
 Bins are the logged ones (GDRO arms log them); for runs without bins (uniform, VIP, DynaMO) they
 are recomputed by replaying GDRO's difficulty classifier over the records in step order, which
 is exactly what the trainer's classifier would have said at each step.
+
+Prompt-GDRO's weights (issue 20, points 2 and 8): ``all_zero_weight_steps`` (share of steps at
+which every prompt weight is 0: no policy-gradient step at all), ``bin_occupancy`` (share of
+prompt records per bin over time, with their weights) and ``loss_signal`` (zero share of the
+prompt losses, spread of the debiased bin means and of the weights; to set runs with and without
+β·KL side by side).
 """
 
 from __future__ import annotations
@@ -79,8 +85,10 @@ def wse(prompts: pd.DataFrame, signal: str = "rate", window: int = 5, **classifi
         raise ValueError(f"window must be >= 1, got {window}")
     df = with_bins(prompts, **classifier_options)
     df["signal"] = df["successes"] / df["n"] if signal == "rate" else df["loss"]
+    from tqdm import tqdm  # tens of seconds over a paper's runs
+
     rows = []
-    for key, run in _runs(df):
+    for key, run in tqdm(list(_runs(df)), desc="WSE", unit="run", leave=False):
         key = key if isinstance(key, tuple) else (key,)
         steps = np.sort(run["step"].unique())
         for t in steps:
@@ -144,3 +152,120 @@ def high_bin_share(share_df: pd.DataFrame, min_bin: int = 5) -> pd.DataFrame:
     hi = hi.reindex(share_df.groupby(keys).size().index, fill_value=0.0).reset_index()
     hi["ratio"] = hi["rollout_share"] / hi["prompt_share"].where(hi["prompt_share"] > 0)
     return hi
+
+
+# --------------------------------------------------------------------------- Prompt-GDRO weights
+def _keys(df: pd.DataFrame) -> list[str]:
+    return [k for k in RUN_KEYS if k in df.columns]
+
+
+def _check_columns(prompts: pd.DataFrame, needed: tuple[str, ...], what: str) -> None:
+    missing = [c for c in needed if c not in prompts.columns]
+    if missing:
+        raise ValueError(f"{what} needs per-prompt column(s) {missing}; the records have {sorted(prompts.columns)}")
+
+
+def _longest_true_run(flags: np.ndarray) -> int:
+    best = cur = 0
+    for f in flags:
+        cur = cur + 1 if f else 0
+        best = max(best, cur)
+    return best
+
+
+def all_zero_weight_steps(prompts: pd.DataFrame, from_step: int = 0) -> pd.DataFrame:
+    """Per run: how often Prompt-GDRO trains on nothing (issue 20.8). A step is all-zero when
+    every prompt record of the step has ``weight`` exactly 0: its policy-gradient term is 0
+    (only β·KL would still move the policy).
+
+    Columns: arm, seed (when present), steps, all_zero_steps, all_zero_share, longest_all_zero_run
+    (consecutive steps), first_all_zero_step (−1 when none), zero_weight_share (share of the
+    prompt records with weight 0). Steps before ``from_step`` are left out."""
+    _check_columns(prompts, ("step", "weight"), "all_zero_weight_steps")
+    keys = _keys(prompts)
+    rows = []
+    for key, run in _runs(prompts[prompts["step"] >= from_step]):
+        key = key if isinstance(key, tuple) else (key,)
+        if run["weight"].isna().any():
+            raise ValueError(f"all_zero_weight_steps: run {dict(zip(keys, key))} has records without a weight")
+        zero = run["weight"].to_numpy(np.float64) == 0.0
+        per_step = pd.Series(zero, index=run.index).groupby(run["step"]).all().sort_index()
+        flags = per_step.to_numpy(bool)
+        rows.append({
+            **dict(zip(keys, key)),
+            "steps": int(len(flags)),
+            "all_zero_steps": int(flags.sum()),
+            "all_zero_share": float(flags.mean()) if len(flags) else np.nan,
+            "longest_all_zero_run": _longest_true_run(flags),
+            "first_all_zero_step": int(per_step.index[flags][0]) if flags.any() else -1,
+            "zero_weight_share": float(zero.mean()) if len(zero) else np.nan,
+        })
+    return pd.DataFrame(rows)
+
+
+def bin_occupancy(prompts: pd.DataFrame, step_window: int = 10, **classifier_options) -> pd.DataFrame:
+    """Bins' occupancy over time: per run, window of ``step_window`` steps and bin, the share of
+    the window's prompt records in the bin, and (when logged) their mean weight and the share of
+    them with weight 0. Bins are the logged ones (replayed with ``classifier_options`` where
+    missing, as ``with_bins``). Occupancy sums to 1 over bins within each (run, window).
+
+    Columns: arm, seed (when present), window_start, bin, records, occupancy[, mean_weight,
+    zero_weight_share]."""
+    _check_columns(prompts, ("step", "prompt_id"), "bin_occupancy")
+    if step_window < 1:
+        raise ValueError(f"step_window must be >= 1, got {step_window}")
+    df = with_bins(prompts, **classifier_options)
+    df["window_start"] = (df["step"] // step_window) * step_window
+    keys = _keys(df) + ["window_start"]
+    agg = {"records": ("step", "size")}
+    if "weight" in df.columns:
+        df["_zero"] = (df["weight"] == 0.0).astype(np.float64)
+        agg.update(mean_weight=("weight", "mean"), zero_weight_share=("_zero", "mean"))
+    g = df.groupby(keys + ["bin"]).agg(**agg).reset_index()
+    g["occupancy"] = g["records"] / g.groupby(keys)["records"].transform("sum")
+    cols = keys + ["bin", "records", "occupancy"] + [c for c in ("mean_weight", "zero_weight_share") if c in g]
+    return g[cols]
+
+
+def loss_signal(prompts: pd.DataFrame, share_floor: float = 0.05, from_step: int = 0) -> pd.DataFrame:
+    """What Prompt-GDRO's adversary sees, per run (issue 20.2: to compare runs with and without
+    the β·KL term in ℓ(x); docs/fidelity/gdro.md #11b).
+
+    From the per-prompt records (``loss`` = ℓ(x) as fed to the adversary, ``bin``, ``weight``):
+    - loss_zero_share: share of records with ℓ exactly 0 (the surrogate alone is 0 at ratio 1);
+      loss_positive_share: share with ℓ > 0 (β·KL ≥ 0 pushes ℓ up); loss_mean, loss_abs_median;
+    - bin_mean_spread_median: median over steps of max_b − min_b of the step's bin means debiased
+      by the realised share, ℓ̄_b / max(q̂_b, share_floor) (what the EMA score S_b averages);
+    - weight_ratio_median: median over steps of max/min of the step's positive weights (1 = no
+      re-weighting); weight_sd_median: median over steps of the sd of the weights (ddof 0).
+
+    Columns: arm, seed (when present), records, steps, and the figures above."""
+    _check_columns(prompts, ("step", "prompt_id", "loss", "bin", "weight"), "loss_signal")
+    if not 0.0 < share_floor <= 1.0:
+        raise ValueError(f"share_floor must be in (0, 1], got {share_floor!r}")
+    keys = _keys(prompts)
+    rows = []
+    for key, run in _runs(prompts[prompts["step"] >= from_step]):
+        key = key if isinstance(key, tuple) else (key,)
+        loss = run["loss"].to_numpy(np.float64)
+        size = run.groupby("step")["prompt_id"].transform("size")
+        per_bin = run.assign(_size=size).groupby(["step", "bin"]).agg(
+            mean_loss=("loss", "mean"), n=("loss", "size"), total=("_size", "first"))
+        per_bin["debiased"] = per_bin["mean_loss"] / np.maximum(per_bin["n"] / per_bin["total"], share_floor)
+        spread = per_bin.groupby(level="step")["debiased"].agg(lambda s: s.max() - s.min())
+        w = run[run["weight"] > 0].groupby("step")["weight"]
+        ratio = w.max() / w.min()
+        sd = run.groupby("step")["weight"].std(ddof=0)
+        rows.append({
+            **dict(zip(keys, key)),
+            "records": int(len(run)),
+            "steps": int(run["step"].nunique()),
+            "loss_zero_share": float(np.mean(loss == 0.0)),
+            "loss_positive_share": float(np.mean(loss > 0.0)),
+            "loss_mean": float(loss.mean()),
+            "loss_abs_median": float(np.median(np.abs(loss))),
+            "bin_mean_spread_median": float(spread.median()),
+            "weight_ratio_median": float(ratio.median()) if len(ratio) else np.nan,
+            "weight_sd_median": float(sd.median()),
+        })
+    return pd.DataFrame(rows)

@@ -287,8 +287,10 @@ def run_lab(model: DriftModel | None = None, cfg: LabConfig | None = None, seed:
     rng = np.random.default_rng(seed)
     p, emb, batches, draws = _population(model, cfg, cfg.seeds, rng)
     p_batch = np.take_along_axis(p, batches, axis=2)
+    from tqdm import tqdm  # tens of seconds (the GP method dominates)
+
     rows, per_method = [], {}
-    for name in cfg.methods:
+    for name in tqdm(cfg.methods, desc="allocation lab", unit="method"):
         n_seeds = min(cfg.gp_seeds, cfg.seeds) if name == "vip-gp" else cfg.seeds
         counts, succ = _simulate(_factories(cfg)[name], p, emb, batches, draws, cfg, n_seeds)
         per_method[name] = _metrics(p_batch[:n_seeds], counts, succ)

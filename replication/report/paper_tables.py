@@ -229,13 +229,15 @@ def paper_vs_ours(paper: str, eval_df: pd.DataFrame, arms: Mapping[str, str], ph
     if "cmp_obj" not in out:
         out["cmp_obj"] = None
     paired = out["analogue"] == "paired"
-    if paired.any() and out.loc[paired, "p_holm"].isna().all():
+    if paired.any() and not family:  # used alone: this table is the family
         out.loc[paired, "p_holm"] = holm(out.loc[paired, "p"])
         out["holm_family"] = "this table"
-    else:
-        out["holm_family"] = "the paper's comparison table"
+    else:  # one family per paper (issue 20.4): a metric outside it gets no Holm p, not its raw p
+        out["holm_family"] = np.where(out["p_holm"].notna(), "the paper's comparison table",
+                                      "outside the paper's test family (raw p only)")
     out["significant_holm"] = paired & (out["p_holm"] < 0.05)
-    out["ours_text"] = [describe(r.cmp_obj, p_holm=r.p_holm) if a == "paired" else a
+    out["ours_text"] = [(describe(r.cmp_obj, p_holm=r.p_holm) if np.isfinite(r.p_holm)
+                         else describe(r.cmp_obj) + " (outside the test family: raw p only)") if a == "paired" else a
                         for r, a in zip(out.itertuples(), out["analogue"])]
     return out.drop(columns="cmp_obj")
 

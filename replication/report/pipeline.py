@@ -2,6 +2,10 @@
 
 ``replication.orchestration.grid.run_paper`` trains or loads the grid and returns a ``PaperRun``
 built by ``load_paper_run``; the notebooks then draw the paper's tables and figures from it.
+
+Every run is verified as it is read (runs.py), and ``load_paper_run`` checks that each
+(arm, seed) asked for is there with the same held-out sets and metrics as its arm's other seeds:
+a seed never drops out silently (which would turn a paired test into an unpaired one).
 """
 
 from __future__ import annotations
@@ -13,6 +17,7 @@ import pandas as pd
 
 from replication.report.runs import load_eval, load_prompts, load_steps
 from replication.report.tables import add_holm, compare_to_baseline
+from replication.store import DamagedArtifact
 
 
 @dataclasses.dataclass
@@ -51,8 +56,31 @@ def load_paper_run(paper: str, profile: str, seeds: list[int], arms: list[str],
     """Read the exported runs listed in ``runs`` (arm, seed, dir columns)."""
     names = set(arms)
     pairs = {m: b for m, b in baselines.items() if m in names and b in names}
+    ev = load_eval(runs)
+    check_every_seed(ev, runs, arms, seeds)
     return PaperRun(paper, profile, list(seeds), list(arms), pairs, Path(out), runs,
-                    load_eval(runs), load_steps(runs), load_prompts(runs))
+                    ev, load_steps(runs), load_prompts(runs))
+
+
+def check_every_seed(ev: pd.DataFrame, runs: pd.DataFrame, arms: list[str], seeds: list[int]) -> None:
+    """Every (arm, seed) has a run, and each run has the (phase, set, metric) values of its
+    arm's other seeds; DamagedArtifact naming the run otherwise."""
+    have = {(str(r.arm), int(r.seed)): r.dir for r in runs.itertuples()}
+    for arm in arms:
+        lost = [s for s in seeds if (arm, int(s)) not in have]
+        if lost:
+            raise DamagedArtifact(f"arm {arm!r}: no run for seed(s) {lost}; every seed must be there "
+                                  f"(a missing seed would turn paired tests into unpaired ones)")
+        keys = {s: set(zip(*(g[c] for c in ("phase", "set", "metric"))))
+                for s, g in ev[ev["arm"] == arm].groupby("seed")}
+        union = set().union(*keys.values()) if keys else set()
+        for s in seeds:
+            gap = union - keys.get(int(s), set())
+            if gap:
+                phase, set_name, metric = sorted(gap)[0]
+                raise DamagedArtifact(f"{have[(arm, int(s))]}: metrics.json lacks {phase} {set_name} "
+                                      f"{metric} that the arm's other seeds have ({len(gap)} value(s) "
+                                      f"missing); seed {s} would drop out of the comparisons")
 
 
 def comparisons(pr: PaperRun, phase: str = "after") -> pd.DataFrame:

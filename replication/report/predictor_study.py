@@ -98,7 +98,10 @@ def replay_predictors(prompts: pd.DataFrame, texts: Mapping | None = None, *,
               for name in predictors}
     seen = np.zeros(len(ids), dtype=bool)
     out = []
-    for step, grp in recs.groupby("step", sort=True):
+    from tqdm import tqdm  # the GP replay takes minutes on the default profile
+
+    for step, grp in tqdm(recs.groupby("step", sort=True), total=recs["step"].nunique(),
+                          desc="predictor replay", unit="step"):
         rows = np.array([row_of[p] for p in grp["prompt_id"]], dtype=np.int64)
         k, n = grp["successes"].to_numpy(), grp["n"].to_numpy()
         observed = k / n

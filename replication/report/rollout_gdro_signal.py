@@ -66,8 +66,11 @@ def replay_departures(run: pd.DataFrame, options: dict, ids: list, lower: int, u
 def signal_table(prompts: pd.DataFrame, options: dict, ids: list, lower: int, upper: int,
                  reward_positive: float = 1.0, reward_negative: float = 0.0) -> pd.DataFrame:
     """Per Rollout-GDRO run (``prompts``: its per-prompt records, with ``bin`` and ``loss``)."""
+    from tqdm import tqdm  # a replay per run: tens of seconds
+
     rows = []
-    for (arm, seed), run in prompts.groupby(KEYS, sort=True):
+    groups = prompts.groupby(KEYS, sort=True)
+    for (arm, seed), run in tqdm(groups, total=groups.ngroups, desc="Rollout-GDRO replay", unit="run"):
         rep = replay_departures(run, options, ids, lower, upper, int(seed), reward_positive, reward_negative)
         loss = pd.to_numeric(run["loss"], errors="coerce")
         bin_means = run.assign(loss=loss).groupby(["step", "bin"])["loss"].mean().abs() if "bin" in run else loss.abs()

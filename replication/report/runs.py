@@ -9,20 +9,49 @@ which keeps the arms' display names) and adds ``arm`` and ``seed`` columns:
 - ``load_eval``: one row per (arm, seed, phase, set, metric) with phase "before"/"after".
 - ``load_steps``: steps.jsonl rows; list fields (counts_hist, weight_mass_per_bin) kept as lists.
 - ``load_prompts``: per-(step, prompt) records, read from the gzip.
+
+Every run folder is verified before it is read (run_evidence.verify_run: its manifest, and rows
+consistent with metrics): a cut, edited or unsealed run is a ``DamagedArtifact`` naming it,
+never loaded silently. A ``s<seed>`` folder under an arm is a run, so a seed whose metrics.json
+is gone is an error, not a seed fewer.
 """
 
 from __future__ import annotations
 
-import gzip
-import json
 import re
 from pathlib import Path
 
 import numpy as np
 import pandas as pd
 
+from replication.report.run_evidence import prompts_file, read_json, read_jsonl, verify_run
+from replication.store import DamagedArtifact
+
 SEED_DIR = re.compile(r"^s(\d+)$")
 PHASES = {"eval_before": "before", "eval_after": "after"}
+
+_read_json = read_json  # one line naming a cut or damaged file (run_evidence)
+_read_jsonl = read_jsonl
+_VERIFIED: dict[tuple, bool] = {}
+
+
+def _fingerprint(d: Path) -> tuple:
+    """What would change if a file of ``d`` changed: every file's name, size and mtime."""
+    return (str(d.resolve()), *sorted((str(f.relative_to(d)), st.st_size, st.st_mtime_ns)
+                                      for f in d.rglob("*") if f.is_file() for st in [f.stat()]))
+
+
+def verified(d: Path) -> Path:
+    """``d`` once its manifest and rows check out (run_evidence.verify_run; remembered until a
+    file of it changes); DamagedArtifact naming it otherwise."""
+    d = Path(d)
+    if not d.is_dir():
+        raise DamagedArtifact(f"run folder {d} is missing")
+    key = _fingerprint(d)
+    if key not in _VERIFIED:
+        verify_run(d)
+        _VERIFIED[key] = True
+    return d
 
 
 def _run_dirs(source: str | Path | pd.DataFrame) -> list[tuple[str, int, Path]]:
@@ -30,29 +59,19 @@ def _run_dirs(source: str | Path | pd.DataFrame) -> list[tuple[str, int, Path]]:
         missing = {"arm", "seed", "dir"} - set(source.columns)
         if missing:
             raise ValueError(f"run frame lacks columns {sorted(missing)} (expected run_grid's output)")
-        return [(str(r.arm), int(r.seed), Path(r.dir)) for r in source.itertuples()]
+        return [(str(r.arm), int(r.seed), verified(Path(r.dir))) for r in source.itertuples()]
     root = Path(source)
     if not root.is_dir():
         raise FileNotFoundError(f"results folder {root} does not exist")
     out = []
-    for arm_dir in sorted(p for p in root.iterdir() if p.is_dir()):
+    for arm_dir in sorted(p for p in root.iterdir() if p.is_dir() and not p.name.startswith(".")):
         for seed_dir in sorted(arm_dir.iterdir()):
             m = SEED_DIR.match(seed_dir.name)
-            if m and (seed_dir / "metrics.json").exists():
-                out.append((arm_dir.name, int(m.group(1)), seed_dir))
+            if m and seed_dir.is_dir():
+                out.append((arm_dir.name, int(m.group(1)), verified(seed_dir)))
     if not out:
         raise FileNotFoundError(f"no runs under {root}: expected <arm>/s<seed>/metrics.json")
     return out
-
-
-def _read_json(path: Path) -> dict:
-    return json.loads(Path(path).read_text())
-
-
-def _read_jsonl(path: Path) -> list[dict]:
-    opener = gzip.open if str(path).endswith(".gz") else open
-    with opener(path, "rt") as f:
-        return [json.loads(line) for line in f if line.strip()]
 
 
 def list_runs(source: str | Path | pd.DataFrame) -> pd.DataFrame:
@@ -65,13 +84,10 @@ def list_runs(source: str | Path | pd.DataFrame) -> pd.DataFrame:
     rows = []
     for arm, seed, d in _run_dirs(source):
         m = _read_json(d / "metrics.json")
-        alloc_s = pw_s = np.nan
-        n_steps = 0
-        if (d / "steps.jsonl").exists():
-            steps = _read_jsonl(d / "steps.jsonl")
-            n_steps = len(steps)
-            alloc_s = float(sum(r.get("allocator_seconds", 0.0) for r in steps))
-            pw_s = float(sum(r.get("prompt_weights_seconds", 0.0) for r in steps))
+        steps = _read_jsonl(d / "steps.jsonl")  # verified: one row per step
+        n_steps = len(steps)
+        alloc_s = float(sum(r.get("allocator_seconds", 0.0) for r in steps))
+        pw_s = float(sum(r.get("prompt_weights_seconds", 0.0) for r in steps))
         wall = float(m.get("wall_seconds", np.nan))
         rows.append({
             "arm": arm, "seed": seed, "dir": str(d),
@@ -99,7 +115,7 @@ def load_eval(source: str | Path | pd.DataFrame) -> pd.DataFrame:
     for arm, seed, d in _run_dirs(source):
         m = _read_json(d / "metrics.json")
         for key, phase in PHASES.items():
-            for set_name, metrics in (m.get(key) or {}).items():
+            for set_name, metrics in m[key].items():  # verified: both phases present
                 for metric, value in metrics.items():
                     rows.append({"arm": arm, "seed": seed, "phase": phase, "set": set_name,
                                  "metric": metric, "value": float(value)})
@@ -123,12 +139,11 @@ def load_prompts(source: str | Path | pd.DataFrame) -> pd.DataFrame:
     Reads prompts.jsonl.gz (the export) or, for an unexported run folder, prompts.jsonl.
     predicted_p and bin are NaN where the allocator logged none.
     """
+    from tqdm import tqdm
+
     frames = []
-    for arm, seed, d in _run_dirs(source):
-        path = d / "prompts.jsonl.gz"
-        if not path.exists():
-            path = d / "prompts.jsonl"
-        df = pd.DataFrame(_read_jsonl(path))
+    for arm, seed, d in tqdm(_run_dirs(source), desc="per-prompt records", unit="run", leave=False):
+        df = pd.DataFrame(_read_jsonl(prompts_file(d)))
         df.insert(0, "seed", seed)
         df.insert(0, "arm", arm)
         frames.append(df)
@@ -141,4 +156,4 @@ def load_prompts(source: str | Path | pd.DataFrame) -> pd.DataFrame:
 
 def load_config(run_dir: str | Path) -> dict:
     """The resolved TrainConfig of one run as a dict (config.json)."""
-    return _read_json(Path(run_dir) / "config.json")
+    return _read_json(verified(Path(run_dir)) / "config.json")

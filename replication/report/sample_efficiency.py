@@ -5,9 +5,15 @@ Training score = ``prompt_accuracy`` of steps.jsonl: the mean over the step's pr
 prompt's success rate k/n. It does not depend on the allocation. The rollout-weighted mean
 (``reward`` / ``accuracy``) does: a non-uniform allocation moves it by itself (Σ n_q p_q / Σ n_q
 ≠ mean p_q), which is why it is not used here. Per run the score is smoothed by a trailing
-rolling mean over ``window`` steps; the baseline's target is the mean over its seeds of its final
-smoothed score; a run reaches it at the first step whose smoothed score is ≥ the target, and the
-rollouts it needed are the cumulative ``rollouts`` up to and including that step.
+rolling mean over ``window`` steps, defined only once the window is full (a single lucky batch
+at step 0 cannot "reach" a target, issue 20.6); the baseline's target is the mean over its seeds of
+its final smoothed score; a run reaches it at the first step whose smoothed score is ≥ the target,
+and the rollouts it needed are the cumulative ``rollouts`` up to and including that step.
+
+A run that never reaches the target is right-censored at its total rollouts, never dropped: the
+summary is the Kaplan–Meier median of rollouts-to-target (``scipy.stats.ecdf`` on ``CensoredData``),
+"not reached" when fewer than half the seeds reach it, beside "k/n reached (m censored)"; the
+mean [95 % CI] over the seeds that reach it is kept as a secondary column.
 
 Held-out score: the runs log evaluations only before training (0 rollouts) and after it (all
 rollouts), so the held-out crossing is interpolated linearly between those two points — a crude
@@ -34,7 +40,7 @@ def training_curves(steps: pd.DataFrame, window: int = 20, score: str = "prompt_
     d = d.rename(columns={score: "score"})
     g = d.groupby(["arm", "seed"], sort=False)
     d["rollouts_cum"] = g["rollouts"].cumsum()
-    d["smooth"] = g["score"].transform(lambda s: s.rolling(window, min_periods=1).mean())
+    d["smooth"] = g["score"].transform(lambda s: s.rolling(window, min_periods=window).mean())
     return d.reset_index(drop=True)
 
 
@@ -48,8 +54,24 @@ def rollouts_to_target(curves: pd.DataFrame, target: float) -> pd.DataFrame:
         rows.append({"arm": arm, "seed": seed, "target": target,
                      "step": float(first["step"]) if first is not None else np.nan,
                      "rollouts": float(first["rollouts_cum"]) if first is not None else np.nan,
-                     "rollouts_total": float(g["rollouts_cum"].iloc[-1])})
+                     "rollouts_total": float(g["rollouts_cum"].iloc[-1]),
+                     "censored": first is None})
     return pd.DataFrame(rows)
+
+
+def km_median(times, censored_at) -> float:
+    """Kaplan–Meier median of a time-to-event with right censoring: ``times`` of the runs that
+    reached the event, ``censored_at`` the totals of those that did not; NaN when the survival
+    curve never falls to 0.5 (fewer than half reach it)."""
+    from scipy.stats import CensoredData, ecdf
+
+    times = [float(x) for x in times if np.isfinite(x)]
+    right = [float(x) for x in censored_at if np.isfinite(x)]
+    if not times:
+        return np.nan
+    sf = ecdf(CensoredData(uncensored=times, right=right)).sf
+    below = np.nonzero(sf.probabilities <= 0.5)[0]
+    return float(sf.quantiles[below[0]]) if len(below) else np.nan
 
 
 def heldout_crossing(eval_df: pd.DataFrame, steps: pd.DataFrame, target: float, metric: str,
@@ -73,6 +95,7 @@ def heldout_crossing(eval_df: pd.DataFrame, steps: pd.DataFrame, target: float, 
         else:
             x = total * (target - before) / (after - before)
         rows.append({"arm": arm, "seed": seed, "before": before, "after": after, "reached": bool(reached),
+                     "censored": not reached,
                      "rollouts_interp": x, "rollouts_total": total})
     return pd.DataFrame(rows)
 
@@ -95,7 +118,10 @@ def sample_efficiency(steps: pd.DataFrame, eval_df: pd.DataFrame, baseline: str,
     curves = training_curves(steps, window)
     if baseline not in set(curves["arm"]):
         raise ValueError(f"baseline arm {baseline!r} not in the runs; arms: {sorted(set(curves['arm']))}")
-    finals = curves.groupby(["arm", "seed"])["smooth"].last()
+    finals = curves.groupby(["arm", "seed"])["smooth"].last()  # last full window
+    if finals.isna().any():
+        short = finals[finals.isna()].index[0]
+        raise ValueError(f"run {short[0]} seed {short[1]} has fewer steps than the {window}-step window")
     train_target = float(finals.loc[baseline].mean())
     hit = rollouts_to_target(curves, train_target)
     held = heldout_crossing(eval_df, steps, 0.0, metric, set_name)  # for the baseline's final score
@@ -107,17 +133,22 @@ def sample_efficiency(steps: pd.DataFrame, eval_df: pd.DataFrame, baseline: str,
         _, _, _, final_txt = _ci_text(finals.loc[arm].to_numpy(), 3)
         r_mean, r_lo, r_hi, r_txt = _ci_text(h["rollouts"])
         hr_mean, _, _, hr_txt = _ci_text(hh["rollouts_interp"])
+        r_km = km_median(h["rollouts"], h.loc[h["censored"], "rollouts_total"])
+        hr_km = km_median(hh["rollouts_interp"], hh.loc[hh["censored"], "rollouts_total"])
+        n_cens, nh_cens = int(h["censored"].sum()), int(hh["censored"].sum())
         _, _, _, hfinal_txt = _ci_text(hh["after"], 3)
         rows.append({
             "arm": arm,
             "final train score": final_txt,
-            "rollouts to baseline train score": r_txt,
-            "train reached": f"{int(h['rollouts'].notna().sum())}/{len(h)}",
+            "rollouts to baseline train score (KM median)": _km_text(r_km),
+            "train reached": f"{len(h) - n_cens}/{len(h)} ({n_cens} censored)",
+            "mean over seeds that reach it": r_txt,
+            "rollouts_km_median": r_km, "censored": n_cens,
             "rollouts_mean": r_mean, "rollouts_lo": r_lo, "rollouts_hi": r_hi,
             "final held-out": hfinal_txt,
-            "rollouts to baseline held-out (interp.)": hr_txt,
-            "held-out reached": f"{int(hh['reached'].sum())}/{len(hh)}",
-            "heldout_rollouts_mean": hr_mean,
+            "rollouts to baseline held-out (interp., KM median)": _km_text(hr_km),
+            "held-out reached": f"{len(hh) - nh_cens}/{len(hh)} ({nh_cens} censored)",
+            "heldout_rollouts_mean": hr_mean, "heldout_rollouts_km_median": hr_km,
         })
     out = pd.DataFrame(rows)
     out.attrs.update(train_target=train_target, heldout_target=held_target, window=window, metric=metric,
@@ -125,11 +156,17 @@ def sample_efficiency(steps: pd.DataFrame, eval_df: pd.DataFrame, baseline: str,
     return out
 
 
+def _km_text(x: float) -> str:
+    return "not reached" if not np.isfinite(x) else f"{x:,.0f}"
+
+
 def describe_sample_efficiency(table: pd.DataFrame) -> str:
     a = table.attrs
     head = (f"Targets (baseline {a.get('baseline')}): final training score (mean over prompts of per-prompt "
-            f"success, {a.get('window')}-step rolling mean) {a.get('train_target', np.nan):.3f}; final held-out "
-            f"{a.get('metric')} ({a.get('set_name')}) {a.get('heldout_target', np.nan):.3f}.")
-    cols = ["arm", "final train score", "rollouts to baseline train score", "train reached", "final held-out",
-            "rollouts to baseline held-out (interp.)", "held-out reached"]
+            f"success, {a.get('window')}-step rolling mean over full windows) {a.get('train_target', np.nan):.3f}; "
+            f"final held-out {a.get('metric')} ({a.get('set_name')}) {a.get('heldout_target', np.nan):.3f}. Seeds that "
+            f"never reach a target are censored at their total rollouts (Kaplan–Meier median).")
+    cols = ["arm", "final train score", "rollouts to baseline train score (KM median)", "train reached",
+            "mean over seeds that reach it", "final held-out",
+            "rollouts to baseline held-out (interp., KM median)", "held-out reached"]
     return head + "\n" + table[cols].to_string(index=False)

@@ -10,6 +10,12 @@ Multiplicity: every comparison row carries its raw p and the Holm-adjusted p ove
 (``add_holm``: all rows of one paper's comparison table), its minimum detectable effect
 (``mde``, stats.minimum_detectable_effect) and ``significant_holm``; the text's verdict follows
 the Holm p.
+
+Pairing: a comparison is paired only when both arms have a finite value for the same seeds.
+Otherwise (a seed missing or non-finite on one side) it falls back to Welch and the row says so:
+an ``unpaired`` column (present only then) names the seeds on one side only, and the text ends
+with "UNPAIRED: ..." — a paired
+test never turns into an unpaired one unnoticed.
 """
 
 from __future__ import annotations
@@ -110,8 +116,27 @@ def compare_to_baseline(eval_df: pd.DataFrame, baseline: str, phase: str = "afte
                     "baseline_mean": c.baseline_mean, "method_mean": c.method_mean, "diff": c.diff,
                     "lo": c.lo, "hi": c.hi, "relative": c.relative, "p": c.p, "n": c.n,
                     "test": c.test, "significant": c.significant, "se": c.se, "df": c.df, "mde": c.mde,
+                    "unpaired": _unpaired(a, b, arm, baseline),
                 })
-    return add_holm(pd.DataFrame(rows), scale=scale)
+    out = pd.DataFrame(rows)
+    if not out.empty and not out["unpaired"].astype(bool).any():
+        out = out.drop(columns="unpaired")  # all paired: the table is as it always was
+    return add_holm(out, scale=scale)
+
+
+def _unpaired(a: pd.Series, b: pd.Series, arm: str, baseline: str) -> str:
+    """"" when both sides have finite values for the same seeds, else which seeds lack a pair."""
+    fa = {int(k) for k, v in a.items() if np.isfinite(v)}
+    fb = {int(k) for k, v in b.items() if np.isfinite(v)}
+    if fa == fb:
+        return ""
+    parts = [f"seed(s) {sorted(x - y)} only in {name}" for x, y, name in ((fa, fb, arm), (fb, fa, baseline))
+             if x - y]
+    return "; ".join(parts)
+
+
+def _is_note(x) -> bool:
+    return isinstance(x, str) and bool(x)  # NaN where a concatenated frame had no such column
 
 
 def _row_comparison(r) -> Comparison:
@@ -126,11 +151,25 @@ def add_holm(cmp: pd.DataFrame, scale: float = 100.0) -> pd.DataFrame:
     if cmp.empty:
         return cmp
     out = cmp.copy()
-    out["p_holm"] = holm(out["p"])
+    # One test counted once (issue 20.4): a row whose comparison is the very same test as an
+    # earlier row (same arm, baseline and metric; same difference, p and n) — "pooled" equals
+    # "average" when every held-out set has as many prompts — stays in the table, marked
+    # ``same_test_as``, with the first row's Holm p, and is left out of the family.
+    key = out[["arm", "baseline", "metric"]].astype(str).agg("|".join, axis=1) + "|" + \
+        out["diff"].round(12).astype(str) + "|" + out["p"].round(12).astype(str) + "|" + out["n"].astype(str)
+    first = ~key.duplicated(keep="first")
+    p_family = out["p"].where(first)
+    out["p_holm"] = holm(p_family)
+    if not first.all():
+        set_of_first = dict(zip(key[first], out.loc[first, "set"]))
+        p_holm_of_first = dict(zip(key[first], out.loc[first, "p_holm"]))
+        out["same_test_as"] = [None if f else set_of_first[k] for k, f in zip(key, first)]
+        out.loc[~first, "p_holm"] = [p_holm_of_first[k] for k in key[~first]]
     out["significant_holm"] = np.isfinite(out["p_holm"]) & (out["p_holm"] < 0.05)
-    out["family_size"] = int(np.isfinite(out["p"].to_numpy(dtype=float)).sum())
+    out["family_size"] = int(np.isfinite(p_family.to_numpy(dtype=float)).sum())
     unit = "pts" if scale == 100.0 else ""
     out["text"] = [describe(_row_comparison(r), scale=scale, unit=unit, p_holm=r.p_holm)
+                   + (f" — UNPAIRED: {r.unpaired}" if _is_note(getattr(r, "unpaired", "")) else "")
                    for r in out.itertuples()]
     return out
 

@@ -20,7 +20,7 @@ from collections.abc import Sequence
 import numpy as np
 
 from replication.evaluate.metrics import IN_DISTRIBUTION_SUFFIX
-from replication.tasks.procedural import Prompt, generate_level, get_level, split_seed
+from replication.tasks.procedural import Prompt, generate_level, get_level, split_seed, twin_key, twins
 
 DEFAULT_TRAIN_SIZES = {
     "add1": 200,  # the whole space: p -> 1 after the warm start (upper tail)
@@ -148,16 +148,17 @@ class TaskSuite:
     levels: dict[str, LevelInfo]
 
     def reserved_texts(self, alias: str) -> set[str]:
-        """Expressions of ``alias`` that a warm start should not see: its held-out set (when it
-        is disjoint) and its train-pool prompts (when the space has room beyond them)."""
+        """Expressions of ``alias`` that a warm start should not see, with their twins (the same
+        terms in another order): its held-out set (when it is disjoint) and its train-pool prompts
+        (when the space has room beyond them)."""
         info = self.levels[alias]
         reserved: set[str] = set()
         if info.disjoint:
             name = heldout_name(alias, True)
             if name in self.heldout:
-                reserved |= set(self.heldout[name].texts)
+                reserved |= set().union(*(twins(t) for t in self.heldout[name].texts))
             if info.space_size >= 2 * (info.train + info.heldout):
-                reserved |= {p.text for p in self.train.prompts if p.level == alias}
+                reserved |= set().union(*(twins(p.text) for p in self.train.prompts if p.level == alias))
         return reserved
 
 
@@ -174,9 +175,16 @@ def canonical(text: str) -> str:
 
 
 def overlap(suite: "TaskSuite", name: str) -> set[str]:
-    """Canonical problem texts (and answers) shared by evaluation set ``name`` and the train pool."""
-    train = {(canonical(p.text), p.answer) for p in suite.train.prompts}
-    return {t for p in suite.heldout[name].prompts if (t := (canonical(p.text), p.answer)) in train}
+    """Problems of evaluation set ``name`` with a twin in the train pool: the same text, or the same
+    signed terms in another order (``twin_key``; issue 20.7)."""
+    train = {twin_key(canonical(p.text)) for p in suite.train.prompts}
+    return {p.text for p in suite.heldout[name].prompts if twin_key(canonical(p.text)) in train}
+
+
+def twin_overlap(heldout_texts, texts) -> int:
+    """How many held-out problems have a twin (``twin_key``) among ``texts`` (e.g. the SFT corpus)."""
+    keys = {twin_key(canonical(t)) for t in texts}
+    return sum(twin_key(canonical(t)) in keys for t in heldout_texts)
 
 
 def build_tasks(spec: TaskMixSpec) -> TaskSuite:
@@ -192,13 +200,15 @@ def build_tasks(spec: TaskMixSpec) -> TaskSuite:
         held: list[Prompt] = []
         if alias in heldout_aliases:
             held = generate_level(level, split_seed(spec.heldout_seed, level, "heldout"), spec.heldout_size, "heldout")
-        # Keep held-out expressions out of training only where that leaves a full train share.
-        disjoint = level.space_size - len(held) >= n_train
+        # Keep held-out problems — and their twins, the same terms in another order (issue 20.7) —
+        # out of training only where that leaves a full train share.
+        held_twins = set().union(*(twins(p.text) for p in held)) if held else set()
+        disjoint = level.space_size - len(held_twins) >= n_train
         if held:
             name = heldout_name(alias, disjoint or not n_train)
             heldout[name] = TaskPool(name, tuple(held))
         if n_train:
-            exclude = {p.text for p in held} if disjoint else set()
+            exclude = held_twins if disjoint else set()
             train += generate_level(level, split_seed(spec.seed, level, "train"), n_train, "train", exclude)
         n_got = sum(p.level == alias for p in train)
         infos[alias] = LevelInfo(alias, level.key, level.space_size, n_got, len(held), disjoint or not held)

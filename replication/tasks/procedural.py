@@ -113,6 +113,39 @@ def compact(expression: str) -> str:
     return expression.replace(" ", "") + "="
 
 
+def signed_terms(text: str) -> list[str]:
+    """The operands of a compact expression with their signs: "5-0+3=" → ["+5", "-0", "+3"];
+    products: "4*1*7=" → ["4", "1", "7"]."""
+    expr = text.rstrip("=")
+    if "*" in expr:
+        return expr.split("*")
+    out, cur = [], ""
+    for ch in expr if expr[:1] in "+-" else "+" + expr:
+        if ch in "+-" and cur:
+            out.append(cur)
+            cur = ""
+        cur += ch
+    out.append(cur)
+    return out
+
+
+def twin_key(text: str) -> tuple[str, ...]:
+    """Canonical form of an arithmetic problem up to the order of its terms: the sorted multiset
+    of signed terms (5-0+3 and 3+5-0 are twins: the same sum, reordered; issue 20.7)."""
+    return tuple(sorted(signed_terms(text)))
+
+
+def twins(text: str) -> set[str]:
+    """Every compact expression that is a twin of ``text`` (itself included): each order of its
+    signed terms that a level can print, i.e. with a "+" term first for sums."""
+    import itertools
+
+    terms = signed_terms(text)
+    if "*" in text:
+        return {"*".join(p) + "=" for p in itertools.permutations(terms)}
+    return {p[0][1:] + "".join(p[1:]) + "=" for p in itertools.permutations(terms) if p[0][0] == "+"}
+
+
 def generate_level(
     level: Level,
     seed: int,
@@ -121,7 +154,8 @@ def generate_level(
     exclude: Iterable[str] = (),
     max_draws: int | None = None,
 ) -> list[Prompt]:
-    """Up to ``size`` prompts of ``level`` with distinct expressions, none in ``exclude``.
+    """Up to ``size`` prompts of ``level`` with distinct expressions, none in ``exclude`` (pass
+    the ``twins`` of what must be excluded to exclude it up to the order of its terms).
 
     Deterministic in (level, seed, size, exclude). Fewer than ``size`` come back only when the
     level's problem space (minus ``exclude``) is smaller than ``size``.

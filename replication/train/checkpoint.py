@@ -6,7 +6,9 @@ step, and the metric history so far.
 
 Writing: ``state.pt`` goes to a temporary folder (fsynced), the old checkpoint is renamed aside,
 the new one renamed into place, the old one removed; a kill at any moment leaves either the new
-or the previous checkpoint (``.checkpoint.old`` is read when ``checkpoint`` is missing).
+or the previous checkpoint (``.checkpoint.old`` is read when ``checkpoint`` is missing). A write
+that fails (disk full, I/O error) removes ``.checkpoint.tmp``, leaves the previous checkpoint and
+raises ``store.DiskFull``: one line naming the file and the free space.
 
 Integrity: ``state.sha256`` beside ``state.pt`` holds its digest (torch's zip reader does not check
 CRCs, so a flipped byte inside a tensor would otherwise load as silently wrong weights).
@@ -34,6 +36,7 @@ import numpy as np
 import torch
 
 from replication.config import ConfigError
+from replication.store import io_errors
 
 LATEST = "checkpoint"
 FORMAT = "replication-checkpoint/1"
@@ -131,15 +134,45 @@ def _digest(path: Path) -> str:
         return hashlib.file_digest(f, "sha256").hexdigest()
 
 
+class _WriteRecorder:
+    """A file torch.save writes through, keeping the OSError of a failed write: torch replaces
+    it with an opaque RuntimeError ("unexpected pos ..."), and a full disk must be named."""
+
+    def __init__(self, f) -> None:
+        self.f, self.error = f, None
+
+    def write(self, data) -> int:
+        try:
+            return self.f.write(data)
+        except OSError as e:
+            self.error = e
+            raise
+
+    def flush(self) -> None:
+        self.f.flush()
+
+
 def save_checkpoint(run_dir: Path, payload: dict[str, Any]) -> Path:
     run_dir = Path(run_dir)
-    final = run_dir / LATEST
     tmp = run_dir / f".{LATEST}.tmp"
+    # a failed write removes the temporary (it must not fill the disk further): DiskFull
+    with io_errors(tmp / "state.pt", tmp):
+        return _save(run_dir, tmp, payload)
+
+
+def _save(run_dir: Path, tmp: Path, payload: dict[str, Any]) -> Path:
+    final = run_dir / LATEST
     if tmp.exists():
         shutil.rmtree(tmp)
     tmp.mkdir(parents=True)
     with open(tmp / "state.pt", "wb") as f:
-        torch.save({"format": FORMAT, "payload": encode(payload)}, f)
+        out = _WriteRecorder(f)
+        try:
+            torch.save({"format": FORMAT, "payload": encode(payload)}, out)
+        except RuntimeError:
+            if out.error is not None:
+                raise out.error from None
+            raise
         f.flush()
         os.fsync(f.fileno())
     with open(tmp / DIGEST, "w") as f:

@@ -175,8 +175,12 @@ def build_components(cfg: TrainConfig, world: World = World()) -> Components:
         prompt_weights = weights_cls(config=from_dict(weights_cls.Config, cfg.rl.prompt_weights_options,
                                                       "rl.prompt_weights_options"))
     classifier, owns_classifier = allocator.classifier, False
+    clf_options = getattr(getattr(prompt_weights, "config", None), "classifier", None)
+    if clf_options is not None and classifier is not None:
+        raise ConfigError("rl.prompt_weights_options.classifier: the allocator keeps its own classifier "
+                          f"({cfg.allocator.name}); set its options under allocator.options instead")
     if prompt_weights is not None and classifier is None:
-        classifier, owns_classifier = DifficultyClassifier(), True
+        classifier, owns_classifier = DifficultyClassifier(**(clf_options or {})), True
     modulation = None
     if cfg.rl.modulation is not None:
         modulation = from_dict(MODULATIONS.get(cfg.rl.modulation), cfg.rl.modulation_options,

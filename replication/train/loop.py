@@ -39,10 +39,10 @@ from replication.train.distributed import (
     split_groups,
 )
 from replication.provenance import run_provenance
-from replication.store import hold_writer_lock, release_writer_lock
 from replication.train.rank_faults import stop_on_collective_failure
-from replication.train.run_folder import check_finite, prepare_run
+from replication.train.run_folder import check_finite, finish_run, prepare_run
 from replication.train.run_log import RunLog
+from replication.train.probe import run_probe  # issue 20.9: the upper-bound arm's probe
 from replication.train.update import ppo_update
 
 
@@ -65,12 +65,8 @@ def train(
     if world.fsdp and cfg.model.sharding != "fsdp":  # chosen by accelerate's config: record it
         cfg = dataclasses.replace(cfg, model=dataclasses.replace(cfg.model, sharding="fsdp"))
     # a stopped or dead rank ends the others' wait with one line naming the rank (rank_faults.py)
-    try:
-        with stop_on_collective_failure(world.rank, world.size, world.distributed):
-            return _train(cfg, out, steps, world, resume=resume, overwrite=overwrite, progress=progress)
-    finally:
-        if world.is_main:  # the writer lock taken by _lock_and_prepare (a no-op if it was refused)
-            release_writer_lock(out)
+    with stop_on_collective_failure(world.rank, world.size, world.distributed):
+        return _train(cfg, out, steps, world, resume=resume, overwrite=overwrite, progress=progress)
 
 
 def _train(cfg: TrainConfig, out: Path, steps: int, world: World, *, resume: bool, overwrite: bool,
@@ -79,7 +75,7 @@ def _train(cfg: TrainConfig, out: Path, steps: int, world: World, *, resume: boo
     # folder rules (run_folder.py): --resume needs a valid checkpoint, --overwrite to replace;
     # rank 0 alone locks and clears the folder (its refusal stops every rank), then every rank
     # reads the same checkpoint
-    ckpt = world.on_main(lambda: _lock_and_prepare(out, cfg, steps, resume=resume, overwrite=overwrite))
+    ckpt = world.on_main(lambda: prepare_run(out, to_dict(cfg), steps, resume=resume, overwrite=overwrite))
     if not world.is_main:
         ckpt = prepare_run(out, to_dict(cfg), steps, resume=resume, overwrite=overwrite, main=False)
     c = build_components(cfg, world)  # validates data, allocator and model before anything is written
@@ -138,23 +134,14 @@ def _train(cfg: TrainConfig, out: Path, steps: int, world: World, *, resume: boo
         "provenance": run_provenance(cfg, world, c.engine),
     }
     c.save_model(out / "model")  # rank 0 writes (FSDP: every rank joins the gather)
-    if world.is_main:
-        (out / "metrics.json").write_text(json.dumps(metrics, indent=1, sort_keys=True))
+    if world.is_main:  # metrics.json atomically, then the manifest: the run exists (run_folder.py)
+        finish_run(out, metrics)
     close = getattr(c.engine, "close", None)
     if callable(close):
         close()  # vLLM: shut its EngineCore process down now, not at interpreter exit
     world.barrier()  # the files exist when any rank returns
     world.close()
     return metrics
-
-
-def _lock_and_prepare(out: Path, cfg: TrainConfig, steps: int, *, resume: bool, overwrite: bool) -> dict | None:
-    """One trainer per run folder, the folder new or not: the writer lock (beside the folder, so
-    it exists before the folder does; released when training returns or this process dies) is
-    taken before any check, so a relaunch beside a live job — its ranks still training — is refused (LockHeld,
-    exit 2, naming the folder and the holder)."""
-    hold_writer_lock(out, "a training run")
-    return prepare_run(out, to_dict(cfg), steps, resume=resume, overwrite=overwrite)
 
 
 def train_step(cfg: TrainConfig, c: Components, step: int, world: World = World()) -> tuple[dict, list[dict]]:
@@ -165,6 +152,9 @@ def train_step(cfg: TrainConfig, c: Components, step: int, world: World = World(
     epoch = c.sampler.epoch
     idx = c.sampler.next_batch(cfg.rollout.prompts_per_step)
     ids = [c.train.ids[i] for i in idx]
+    # issue 20.9: an allocator told p (vip-probe) first gets extra rollouts outside the budget
+    # and the loss; only their cost is logged (train/probe.py)
+    probe = run_probe(cfg, c, step, idx, world) if getattr(c.allocator, "wants_probe", 0) else None
     t_alloc = time.perf_counter()
     counts = c.allocator.plan(ids, cfg.budget)
     alloc_seconds = time.perf_counter() - t_alloc
@@ -289,6 +279,7 @@ def train_step(cfg: TrainConfig, c: Components, step: int, world: World = World(
         "wait_seconds": wait_seconds,
         **{f"rank_{k}_seconds": [float(r[i]) for r in by_rank] for i, k in enumerate(phases)},
         "step_seconds": time.perf_counter() - t_step,
+        **({} if probe is None else probe.log_fields()),
         **{k: v for k, v in upd.stats.items()},
     }
     if c.prompt_weights is not None:

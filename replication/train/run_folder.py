@@ -5,16 +5,25 @@
 - A folder that already holds a run (checkpoint, logs, metrics, model) is never overwritten
   without ``--overwrite``; ``--resume`` continues it instead.
 - ``--resume`` needs a readable checkpoint written with the same configuration, at a step no
-  later than the requested length (metrics must describe what actually ran).
-- One trainer per folder: a second process on the same folder (a grid re-run while an orphaned
-  run still trains) is refused; the lock (flock on the folder itself: no file is added)
-  vanishes with its process.
+  later than the requested length (metrics must describe what actually ran), and logs that
+  reach its step (a checkpoint copied alone into a fresh folder is refused); a partial last log
+  line (a cut write) is trimmed with a warning: the checkpoint is the truth.
+- One writer per folder: the lock (``store.writer_lock``, a ``.<name>.lock`` file beside the
+  folder) is taken before the folder is created and held for the trainer's life, so a second
+  trainer — ``--resume`` on a folder another one has just created included — is refused with
+  one line naming the folder and the holder; the kernel releases it when the holder dies. A
+  grid that holds the lock of a cache entry for its own trainer says so in ``LOCK_ENV``.
+- Complete or absent: ``finish_run`` writes metrics.json atomically and then the run's
+  manifest (``MANIFEST.json``: files, sizes, sha256, row counts, steps), the last file written.
+  A run is finished only if its manifest verifies (``report.run_evidence.verify_run``); a
+  0-byte metrics.json from a full disk no longer marks a run finished.
 - Training stops with ``NonFiniteError`` when a loss, gradient norm or weight turns NaN/inf;
   the last checkpoint (written before the bad step) is left as it is.
 """
 
 from __future__ import annotations
 
+import json
 import math
 import os
 import shutil
@@ -25,10 +34,17 @@ import numpy as np
 import torch
 
 from replication.config import ConfigError
+from replication.store import MANIFEST, LockHeld, hold_writer_lock, release_writer_lock, write_atomic, write_manifest
 from replication.train.checkpoint import LATEST, CheckpointError, checkpoint_path, read_checkpoint_file
+from replication.train.run_log import logs_problem, trim_partial_lines
 
-# What a training run writes into its folder (train.log is the grid's, and stays).
-RUN_FILES = ("config.json", "steps.jsonl", "prompts.jsonl", "metrics.json")
+# What a training run writes into its folder (other files there stay).
+RUN_FILES = ("config.json", "steps.jsonl", "prompts.jsonl", "metrics.json", MANIFEST)
+RUN_KIND = "run"
+"""The manifest kind of a training run folder (an export's is ``export``)."""
+LOCK_ENV = "REPLICATION_RUN_LOCKED"
+"""``<pid>:<folder>``: the grid process ``pid`` holds the writer lock of ``folder`` for the trainer
+it started (the trainer dies with it: ``interrupts.die_with_parent``)."""
 RUN_DIRS = (LATEST, f".{LATEST}.old", f".{LATEST}.tmp", "dvclive", "model")
 
 
@@ -71,33 +87,40 @@ def clear_run(out: Path) -> None:
             shutil.rmtree(out / n)
 
 
-_LOCKS: dict[str, int] = {}
+_LOCKS: set[str] = set()
+
+
+def _held_by_parent(key: str) -> bool:
+    return os.environ.get(LOCK_ENV, "") == f"{os.getppid()}:{key}"
 
 
 def lock_run(out: Path) -> None:
-    """Hold an exclusive lock on an existing run folder for this process's lifetime (or until
-    ``unlock_run``); another process holding it is an error."""
+    """Hold the writer lock of run folder ``out`` (which need not exist yet) for this process's
+    life (or until ``unlock_run``); a live holder elsewhere is a RunFolderError naming it."""
     out = Path(out)
     key = str(out.resolve())
-    if key in _LOCKS or not out.is_dir():
+    if key in _LOCKS or _held_by_parent(key):
         return
-    try:
-        import fcntl
-    except ImportError:  # not POSIX: no lock
-        return
-    fd = os.open(out, os.O_RDONLY)
-    try:
-        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except OSError:
-        os.close(fd)
-        raise RunFolderError(f"{out} is in use by another training process") from None
-    _LOCKS[key] = fd
+    try:  # the lock file lives beside the folder: taken before the folder is created
+        hold_writer_lock(out, "one trainer per run folder")
+    except LockHeld as e:
+        raise RunFolderError(f"refused, in use: {e}") from None
+    _LOCKS.add(key)
 
 
 def unlock_run(out: Path) -> None:
-    fd = _LOCKS.pop(str(Path(out).resolve()), None)
-    if fd is not None:
-        os.close(fd)
+    key = str(Path(out).resolve())
+    if key in _LOCKS:
+        _LOCKS.discard(key)
+        release_writer_lock(out)
+
+
+def finish_run(out: Path, metrics: dict) -> None:
+    """Write metrics.json atomically, then the run's manifest (the last file: the run exists).
+    A full disk raises ``store.DiskFull`` naming the file, with no manifest left behind."""
+    out = Path(out)
+    write_atomic(out / "metrics.json", json.dumps(metrics, indent=1, sort_keys=True))
+    write_manifest(out, kind=RUN_KIND, extra={"steps": int(metrics["steps"])})
 
 
 def prepare_run(out: Path, config: dict, steps: int, *, resume: bool, overwrite: bool,
@@ -130,6 +153,13 @@ def prepare_run(out: Path, config: dict, steps: int, *, resume: bool, overwrite:
             raise RunFolderError(f"--resume: {path} is at step {ckpt['step']}, past --max-steps "
                                  f"{steps}; metrics would understate what ran (use --max-steps >= "
                                  f"{ckpt['step']})")
+        if main:
+            problem = logs_problem(out, ckpt["step"])
+            if problem:
+                raise RunFolderError(f"--resume: {path} is at step {ckpt['step']} but {problem}; a "
+                                     f"checkpoint resumes only with logs that reach its step "
+                                     f"(--overwrite starts again)")
+            trim_partial_lines(out)
         return ckpt
     if not main:
         return None

@@ -45,8 +45,19 @@ def build(name: str, ids: list, seed: int):
     return make_allocator(name, seed=seed, pool=pool, lower=LOWER, upper=UPPER, **extra)
 
 
+def plan(alloc, batch, budget, p=None):
+    """``alloc.plan``; an allocator told p by a probe (``wants_probe``, vip-probe) first gets the
+    successes of m samples at ``p`` (seeded by the batch; default p drawn uniformly), as the
+    trainer's probe (train/probe.py) tells it."""
+    m = getattr(alloc, "wants_probe", 0)
+    if m:
+        rng = np.random.default_rng([len(batch), int(budget)])
+        alloc.tell_probe(batch, rng.binomial(m, rng.random(len(batch)) if p is None else p), m)
+    return alloc.plan(batch, budget)
+
+
 def run_step(alloc, batch, budget, reward_seed):
-    counts = alloc.plan(batch, budget)
+    counts = plan(alloc, batch, budget)
     rng = np.random.default_rng(reward_seed)
     signed = bool(reward_seed % 2)  # both reward conventions: {0,1} and {-1,+1}
     rewards = rng.choice([-1.0, 1.0] if signed else [0.0, 1.0], int(counts.sum()))
@@ -91,9 +102,9 @@ def test_adaptive_allocators_give_non_uniform_counts_on_a_heterogeneous_batch(na
     alloc = build(name, ids, seed=0)
     budget = len(ids) * 6
     for _ in range(6):
-        counts = alloc.plan(ids, budget)
+        counts = plan(alloc, ids, budget, p_true)
         rewards = (rng.random(int(counts.sum())) < np.repeat(p_true, counts)).astype(float)
         alloc.observe(ids, counts, rewards)
-    counts = alloc.plan(ids, budget)
+    counts = plan(alloc, ids, budget, p_true)
     assert counts.sum() == budget
     assert counts.min() < counts.max(), f"{name} gave every prompt {counts[0]} rollouts"

@@ -50,10 +50,11 @@ def test_rollouts_to_the_baselines_final_scores(logs):
     assert raw.attrs["train_target"] == pytest.approx(0.5)
     assert tab.loc["base", "rollouts_mean"] == pytest.approx(STEPS * C)  # reaches its final at the last step
     assert tab.loc["fast", "rollouts_mean"] == pytest.approx(50 * C)  # step 49, cumulative incl. that step
-    assert tab.loc["slow", "train reached"] == "0/2"  # uses prompt_accuracy, not the inflated reward
-    assert tab.loc["slow", "rollouts to baseline train score"] == "not reached"
+    assert tab.loc["slow", "train reached"] == "0/2 (2 censored)"  # prompt_accuracy, not the inflated reward
+    assert tab.loc["slow", "rollouts to baseline train score (KM median)"] == "not reached"
+    assert tab.loc["fast", "rollouts_km_median"] == pytest.approx(50 * C)
     assert tab.loc["fast", "heldout_rollouts_mean"] == pytest.approx(0.5 * STEPS * C)  # 0.4 → 0.6 crosses 0.5 halfway
-    assert tab.loc["slow", "held-out reached"] == "0/2"
+    assert tab.loc["slow", "held-out reached"] == "0/2 (2 censored)"
     assert "Targets (baseline base)" in describe_sample_efficiency(raw)
 
 
@@ -104,3 +105,26 @@ def test_engagement_onsets():
     assert s.loc["uniform", "allocation departs from uniform"] == "never"
     assert s.loc["alloc", "allocation departs from uniform"] == "step 5"
     assert "step 5" in describe_engagement(s.reset_index())
+
+
+def test_a_lucky_first_batch_does_not_reach_the_target_before_the_window_is_full():
+    """Issue 20.6: with min_periods=1 one step-0 batch above the target counted as reaching it."""
+    t = np.arange(STEPS)
+    lucky = np.where(t == 0, 0.9, 0.2)  # one good batch at step 0, then far below the target
+    steps = pd.concat([_steps("base", 0, 0.5), _steps("base", 1, 0.5),
+                       pd.DataFrame({"arm": "lucky", "seed": 0, "step": t, "rollouts": C, "prompt_accuracy": lucky,
+                                     "reward": lucky})], ignore_index=True)
+    curves = training_curves(steps, window=20)
+    assert curves[(curves.arm == "lucky") & (curves.step < 19)]["smooth"].isna().all()
+    hit = rollouts_to_target(curves, 0.5).set_index("arm")
+    assert bool(hit.loc["lucky", "censored"]) and np.isnan(hit.loc["lucky", "rollouts"])
+
+
+def test_censored_seeds_are_counted_not_dropped():
+    """Two of four seeds reach the target at 100 and 200 rollouts, two never (censored at 1000):
+    the mean over reached seeds says 150; the Kaplan-Meier median, which counts the censored, 200."""
+    from replication.report.sample_efficiency import km_median
+
+    assert km_median([100, 200], [1000, 1000]) == pytest.approx(200)
+    assert np.isnan(km_median([100], [1000, 1000, 1000]))  # fewer than half reach it
+    assert km_median([100, 200, 300, 400], []) == pytest.approx(200)  # no censoring: the lower median

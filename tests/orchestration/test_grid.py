@@ -11,20 +11,27 @@ import yaml
 
 from replication.config import ConfigError
 from replication.orchestration import grid, run_cache
+from replication.store import write_manifest
 
 
 def _fake_training(calls: list):
-    """Stands in for the CLI subprocess: writes a finished run folder, records the call."""
+    """Stands in for the CLI subprocess: writes a finished run folder (with its manifest, as
+    train/run_folder.finish_run does), records the call."""
 
     def ensure_run(profile, overrides, seed, steps, cache, name="", guard=None):
         key, resolved = run_cache.run_key(profile, overrides, seed, steps)
         calls.append((name, seed))
         d = Path(cache) / key
         d.mkdir(parents=True, exist_ok=True)
+        q = resolved["rollout"]["prompts_per_step"]
         (d / "config.json").write_text(json.dumps(resolved))
-        (d / "metrics.json").write_text(json.dumps({"seed": seed}))
-        (d / "steps.jsonl").write_text("")
-        (d / "prompts.jsonl").write_text("")
+        ev = {"average": {"mean@2": 0.5}}
+        (d / "metrics.json").write_text(json.dumps({"seed": seed, "steps": steps, "eval_before": ev,
+                                                    "eval_after": ev}))
+        (d / "steps.jsonl").write_text("".join(json.dumps({"step": t}) + "\n" for t in range(steps)))
+        (d / "prompts.jsonl").write_text("".join(json.dumps({"step": t, "prompt_id": f"p{i}"}) + "\n"
+                                                 for t in range(steps) for i in range(q)))
+        write_manifest(d, kind="run", extra={"steps": steps})
         return d
 
     return ensure_run

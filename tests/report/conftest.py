@@ -11,6 +11,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from replication.store import write_manifest
+
 SETS = ("add2-heldout", "mul2-heldout")
 K = 4
 ARMS = {"uniform": 0.0, "vip": 0.10, "gdro": 0.01}
@@ -71,6 +73,7 @@ def write_run(dest: Path, arm: str, seed: int, shift: float) -> None:
     (dest / "steps.jsonl").write_text("".join(json.dumps(r) + "\n" for r in steps))
     with gzip.open(dest / "prompts.jsonl.gz", "wt") as f:
         f.write("".join(json.dumps(r) + "\n" for r in prompts))
+    write_manifest(dest, kind="export", extra={"steps": STEPS})  # readers verify every run
 
 
 @pytest.fixture(scope="module")

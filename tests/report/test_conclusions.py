@@ -97,3 +97,50 @@ def test_predictor_study_paragraph_from_measured_mae(tmp_path):
     assert "Predictor study" in conclusions(comparisons=cmp)
     cmp.attrs["paper"] = "dynamo"
     assert "Predictor study" not in conclusions(comparisons=cmp)
+
+
+def test_every_significant_comparison_is_listed_whatever_its_set():
+    """Issue 20.4: the GDRO conclusion said nothing was significant while its own table marked a
+    per-set pass@8 row significant after Holm."""
+    from replication.report.conclusions import significant_after_holm
+
+    cmp = pd.DataFrame([
+        {"arm": "P", "baseline": "G", "set": "average", "metric": "mean@8", "diff": 0.003,
+         "significant_holm": False, "family_size": 3, "text": "+0.3 pts"},
+        {"arm": "P", "baseline": "G", "set": "add1t3-heldout", "metric": "pass@8", "diff": 0.016,
+         "significant_holm": True, "family_size": 3, "text": "+1.6 pts [+0.9, +2.4], Holm p 0.032"},
+        {"arm": "R", "baseline": "G", "set": "add2-heldout", "metric": "mean@8", "diff": -0.02,
+         "significant_holm": True, "family_size": 3, "text": "-2.0 pts"},
+    ])
+    text = significant_after_holm(cmp)
+    assert "one family of 3 tests" in text
+    assert "- P vs G, add1t3-heldout pass@8: better, +1.6 pts" in text
+    assert "- R vs G, add2-heldout mean@8: worse" in text and "average mean@8" not in text
+    none = significant_after_holm(cmp.assign(significant_holm=False))
+    assert none.startswith("No comparison is significant after Holm")
+
+
+def test_baseline_moves_list_falling_pass_at_k_beside_rising_mean():
+    """Issue 20.4: RL lowered held-out pass@8 in every baseline while raising mean@8; say both."""
+    from replication.report.conclusions import baseline_moves
+
+    rows = []
+    for seed in range(5):
+        for phase, mean, pas in (("before", 0.50, 0.85), ("after", 0.55 + 0.002 * seed, 0.83 - 0.001 * seed)):
+            rows += [{"arm": "G", "seed": seed, "phase": phase, "set": "average", "metric": "mean@8", "value": mean},
+                     {"arm": "G", "seed": seed, "phase": phase, "set": "average", "metric": "pass@8", "value": pas},
+                     {"arm": "G", "seed": seed, "phase": phase, "set": "average", "metric": "pass@1",
+                      "value": 0.5 + (0.01 if (seed + (phase == "after")) % 2 else -0.01)}]
+    text = baseline_moves(pd.DataFrame(rows), ["G", "G"])
+    assert "G, average mean@8: +5.4 pts" in text and "(rises)" in text
+    assert "G, average pass@8: \u22122.2 pts" in text and "(falls)" in text
+    assert "Within noise: G average pass@1." in text
+
+
+def test_no_degenerate_ranges_or_empty_families():
+    """Issue 20: "about 1.1–1.1 pts" and "over all 0 comparisons" were printed."""
+    cmp = pd.DataFrame([{"arm": "x", "baseline": "b", "set": "average", "metric": m, "diff": 0.01, "n": 5,
+                         "mde": 0.011, "significant": False, "significant_holm": False, "family_size": 0,
+                         "text": "+1.0 pts"} for m in ("mean@8", "pass@8")])
+    text = arm_conclusions(cmp)
+    assert "about 1.1 pts" in text and "1.1\u20131.1" not in text and "over all 0" not in text

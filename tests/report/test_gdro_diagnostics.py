@@ -75,3 +75,74 @@ def test_rollout_share_sums_to_one_and_high_bins():
     assert hi.loc[0, "prompt_share"] == pytest.approx(1 / 3)
     assert hi.loc[0, "ratio"] == pytest.approx((12 / 16) / (1 / 3))
     assert hi.loc[1, "rollout_share"] == 0.0
+
+
+# --------------------------------------------------------------------------- Prompt-GDRO weights
+from replication.report.gdro_diagnostics import all_zero_weight_steps, bin_occupancy, loss_signal  # noqa: E402
+
+
+def _weighted_records() -> pd.DataFrame:
+    # seed 0: steps 0..4, two prompts a step; steps 1, 2 and 4 have every weight 0 (run of 2)
+    w = [[1.0, 0.0], [0.0, 0.0], [0.0, 0.0], [0.5, 2.0], [0.0, 0.0]]
+    rows = [{"seed": 0, "step": t, "prompt_id": f"p{i}", "weight": w[t][i], "bin": [0, 9][i], "n": 4,
+             "successes": 2, "loss": 0.0} for t in range(5) for i in range(2)]
+    rows += [{"seed": 1, "step": 0, "prompt_id": "p0", "weight": 1.0, "bin": 3, "n": 4, "successes": 2, "loss": 0.0}]
+    return pd.DataFrame(rows)
+
+
+def test_all_zero_weight_steps_by_hand():
+    out = all_zero_weight_steps(_weighted_records()).set_index("seed")
+    assert out.loc[0, "steps"] == 5 and out.loc[0, "all_zero_steps"] == 3
+    assert out.loc[0, "all_zero_share"] == pytest.approx(3 / 5)
+    assert out.loc[0, "longest_all_zero_run"] == 2 and out.loc[0, "first_all_zero_step"] == 1
+    assert out.loc[0, "zero_weight_share"] == pytest.approx(7 / 10)
+    assert out.loc[1, "all_zero_steps"] == 0 and out.loc[1, "first_all_zero_step"] == -1
+    late = all_zero_weight_steps(_weighted_records(), from_step=3).set_index("seed")
+    assert late.loc[0, "steps"] == 2 and late.loc[0, "all_zero_steps"] == 1
+
+
+def test_all_zero_weight_steps_needs_weights():
+    with pytest.raises(ValueError, match=r"\['weight'\]"):
+        all_zero_weight_steps(_weighted_records().drop(columns="weight"))
+    bad = _weighted_records()
+    bad.loc[0, "weight"] = np.nan
+    with pytest.raises(ValueError, match="without a weight"):
+        all_zero_weight_steps(bad)
+
+
+def test_bin_occupancy_by_hand():
+    occ = bin_occupancy(_weighted_records()[lambda d: d.seed == 0], step_window=2)
+    first = occ[occ.window_start == 0].set_index("bin")
+    assert first["occupancy"].tolist() == [0.5, 0.5] and first["records"].tolist() == [2, 2]
+    assert first.loc[0, "mean_weight"] == pytest.approx(0.5) and first.loc[9, "zero_weight_share"] == 1.0
+    assert np.allclose(occ.groupby("window_start")["occupancy"].sum(), 1.0)
+    # without logged bins they are replayed with the classifier options given
+    code = dict(n_bins=8, edges=[0.01, 0.2, 0.4, 0.6, 0.8, 0.99], exclude_extremes=True, unseen="zero_score")
+    recs = _weighted_records().drop(columns="bin")[lambda d: d.seed == 0]
+    recs.loc[(recs.step == 1) & (recs.prompt_id == "p0"), "successes"] = 0
+    replayed = bin_occupancy(recs, step_window=5, **code).set_index("bin")
+    # p1 is correct at every visit (estimate 1 -> class 7, first visit unseen -> 7); p0 is 7, 7,
+    # then 1/2 -> bin 3, then 2/3 and 3/4 -> bin 4
+    assert replayed["records"].to_dict() == {3: 1, 4: 2, 7: 7}
+
+
+def test_loss_signal_by_hand():
+    # one run, two steps; step 0: bin 0 holds 1 prompt (loss 0.2), bin 1 holds 3 (losses 0, 0, 0.3)
+    recs = pd.DataFrame({
+        "step": [0, 0, 0, 0, 1, 1],
+        "prompt_id": list("abcdab"),
+        "bin": [0, 1, 1, 1, 0, 0],
+        "loss": [0.2, 0.0, 0.0, 0.3, 0.0, -0.1],
+        "weight": [2.0, 1.0, 1.0, 0.5, 0.0, 1.0],
+    })
+    out = loss_signal(recs, share_floor=0.3).iloc[0]
+    assert out["records"] == 6 and out["steps"] == 2
+    assert out["loss_zero_share"] == pytest.approx(3 / 6) and out["loss_positive_share"] == pytest.approx(2 / 6)
+    assert out["loss_mean"] == pytest.approx(0.4 / 6)
+    # step 0: bin 0 = 0.2 / max(1/4, 0.3), bin 1 = 0.1 / 0.75 -> spread; step 1: one bin -> 0
+    s0 = 0.2 / 0.3 - 0.1 / 0.75
+    assert out["bin_mean_spread_median"] == pytest.approx(s0 / 2)
+    assert out["weight_ratio_median"] == pytest.approx((4.0 + 1.0) / 2)  # 2/0.5 and 1/1 (0 left out)
+    assert out["weight_sd_median"] == pytest.approx((np.std([2, 1, 1, 0.5]) + 0.5) / 2)
+    with pytest.raises(ValueError, match="share_floor"):
+        loss_signal(recs, share_floor=0.0)

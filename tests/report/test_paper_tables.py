@@ -120,3 +120,18 @@ def test_overhead_vs_paper():
     assert set(t[t.source == "VIP paper"]["share_pct"]) == {1.12, 0.83}
     assert set(t[t.source == "GDRO paper"]["seconds_per_step"]) == {0.043, 0.355, 0.446}
     assert "GDRO paper" not in set(overhead_vs_paper(runs, paper="vip")["source"])
+
+
+def test_a_metric_outside_the_papers_family_gets_no_holm_p(results_dir):
+    """Issue 20: the DynaMO conclusions quoted "Holm p=0.71" (= its raw p) for average pass@1,
+    a metric outside the paper's test family."""
+    from replication.report.runs import load_eval
+
+    ev = load_eval(results_dir)
+    arms = sorted(set(ev["arm"]))
+    ev.attrs["holm"] = {("never", "matches", "average", "mean@4"): 0.5}  # a family without these rows
+    out = paper_vs_ours("vip", ev, {"RLOO": arms[0], "RLOO+VIP": arms[-1]})
+    paired = out[out["analogue"] == "paired"]
+    assert not paired.empty and paired["p_holm"].isna().all()
+    assert (paired["holm_family"] == "outside the paper's test family (raw p only)").all()
+    assert all("Holm" not in s and "raw p only" in s for s in paired["ours_text"])

@@ -1,0 +1,270 @@
+"""``python -m replication stage <base|vip|dynamo|gdro|report> [--params params.yaml]``: one DVC
+stage (dvc.yaml's ``cmd``), safe to interrupt and never over the published results by mistake.
+
+1. Validate params.yaml (one line, exit 2, nothing touched) and pick the destination: the
+   published place (results/<paper>, results/base-model, results/summary.md) for profile
+   ``default``, else ``workspace/<profile>/<stage>`` — what dvc.yaml declares as the stage's
+   ``workspace/${profile}/...`` output. The default profile with a paper section edited since the
+   last commit is refused: results/ would no longer match the committed params.yaml (commit it to
+   publish, or try it under another profile / in the notebook).
+2. Take the destination's writer lock (replication.store): a second ``dvc repro`` or a notebook
+   on the same outputs is refused with one line naming the holder.
+3. A paper stage runs papermill in its own session, bound to this process (it dies with us), and
+   this process dies with whatever launched it (``dvc``; replication.interrupts), so ``kill -9`` of
+   dvc leaves no papermill, kernel or trainer behind. The notebook writes its tables, figures,
+   summary and executed copy into a temporary folder beside the destination (``PRODUCTS_ENV``);
+   only when papermill succeeds are they swapped in. Ctrl-C, a failed cell or a killed launcher
+   remove the temporary folder and leave the destination as it was (the exported runs under
+   ``runs/`` are kept: each is complete on its own and the next run reuses it).
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import threading
+from pathlib import Path
+
+from replication.config import ConfigError, load_profile
+from replication.orchestration.workspace import PUBLISHED_PROFILE, RESULTS, WORKSPACE, committed_params, stage_marker
+from replication.stage_params import PAPER_STAGES, STAGES, load_params, validate_stage
+
+PRODUCTS_ENV = "REPLICATION_STAGE_PRODUCTS"
+"""Set by a paper stage for its notebook: the temporary folder the notebook writes its products to."""
+LOCK_ENV = "REPLICATION_STAGE_LOCK"
+"""Set by a paper stage: the output folder whose writer lock the stage holds for its notebook."""
+CLEARED = ("tables", "figures", "summary.json")
+"""Products replaced as a whole on success (a table or figure no longer made does not linger)."""
+FAILED = WORKSPACE / "failed"
+"""Where a failed stage leaves its executed notebook (up to the failing cell)."""
+
+PUBLISHED = {"base": RESULTS / "base-model", "report": RESULTS / "summary.md",
+             **{p: RESULTS / p for p in PAPER_STAGES}}
+TRIAL_NAME = {"base": "base-model", "report": "summary.md", **{p: p for p in PAPER_STAGES}}
+
+
+def destination(stage: str, params_file: str | Path, params: dict) -> tuple[Path, bool]:
+    """(where the stage writes, whether that is the published place)."""
+    profile = params.get("profile", PUBLISHED_PROFILE)
+    if profile != PUBLISHED_PROFILE:
+        return WORKSPACE / profile / TRIAL_NAME[stage], False
+    if stage in PAPER_STAGES:
+        committed = committed_params(params_file)
+        if committed is not None and committed.get(stage) != params.get(stage):
+            raise ConfigError(
+                f"{params_file}: {stage}: edited since the last commit, with profile {PUBLISHED_PROFILE}: "
+                f"results/ holds the published default and changes only with the committed params.yaml. "
+                f"Commit the edit to publish it, or try it elsewhere: `dvc exp run -S profile=quick ...` "
+                f"(writes workspace/quick/) or the notebook with parameters (README, \"Trying things\")")
+    return PUBLISHED[stage], True
+
+
+def _write_marker(stage: str) -> None:
+    """The committed stand-in for ``workspace/default/<stage>`` (see workspace.stage_marker)."""
+    from replication.store import write_atomic
+
+    path = WORKSPACE / PUBLISHED_PROFILE / TRIAL_NAME[stage]
+    if stage != "report":
+        path = path / "README.md"
+    text = stage_marker(stage, TRIAL_NAME[stage], str(PUBLISHED[stage]) + ("" if stage == "report" else "/"))
+    if not path.exists() or path.read_text() != text:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        write_atomic(path, text)
+
+
+def run_stage(stage: str, params_file: str | Path = "params.yaml") -> int:
+    if stage not in STAGES:
+        raise ConfigError(f"stage: unknown stage {stage!r}; known: {list(STAGES)}")
+    print(validate_stage(params_file, stage), flush=True)
+    params = load_params(params_file)
+    dest, published = destination(stage, params_file, params)
+    print(f"stage {stage}: writing {dest}" + (" (published default)" if published else
+          f" (profile {params.get('profile')}: a trial; results/ is not touched)"), flush=True)
+    from replication.store import writer_lock
+
+    with writer_lock(dest, what=f"stage {stage}"):
+        if published:
+            _write_marker(stage)
+        if stage in PAPER_STAGES:
+            return _paper_stage(stage, params_file, dest)
+        _die_with_launcher(stage)  # the base stage's SFT subprocess must not outlive dvc either
+        if stage == "report":
+            return _report_stage(dest, published)
+        return _base_stage(params.get("profile", PUBLISHED_PROFILE), dest, published)
+
+
+# ----------------------------------------------------------------------------- base, report
+
+
+def _die_with_launcher(stage: str) -> None:
+    from replication.interrupts import descendants, watch_launcher
+
+    def gone() -> None:
+        print(f"stage {stage}: launcher gone; stopping", file=sys.stderr, flush=True)
+        for pid in descendants(os.getpid()):
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except OSError:
+                pass
+        os._exit(137)
+
+    watch_launcher(gone)
+
+
+def _base_stage(profile: str, dest: Path, published: bool) -> int:
+    from replication.orchestration.base_model import KEY_FILE, base_key, ensure_base_model
+
+    if published:
+        print(ensure_base_model(profile, dest))
+        return 0
+    cfg = load_profile(profile)
+    model = Path(cfg.model.path)
+    if model.resolve() != PUBLISHED["base"].resolve():
+        print(ensure_base_model(profile, dest))  # its own model (or a note where it lives)
+        return 0
+    # The profile trains from the published base model, which only the default profile writes.
+    key = base_key(profile)
+    have = (model / KEY_FILE).read_text().strip() if (model / KEY_FILE).exists() else "none"
+    same = "the same warm start" if have == key else f"not rebuilt for this profile (its key {key}, the model's {have})"
+    note = (f"# workspace/{profile}/base-model\n\nProfile {profile} trains from the published base model "
+            f"`{model}` (its `model.path`): {same}. Only the default profile writes results/base-model.\n")
+    from replication.store import write_atomic
+
+    dest.mkdir(parents=True, exist_ok=True)
+    write_atomic(dest / "README.md", note)
+    print(note.splitlines()[2])
+    return 0
+
+
+def _report_stage(dest: Path, published: bool) -> int:
+    from replication.report.summary import write_summary
+
+    if published:
+        write_summary(RESULTS, dest)
+    else:  # the trial's papers beside the published ones
+        write_summary(dest.parent, dest, beside=RESULTS)
+    print(f"wrote {dest}")
+    return 0
+
+
+# ----------------------------------------------------------------------------- paper stages
+
+
+def _recover(dest: Path) -> None:
+    """A stage killed between the two renames of a swap left ``.X.old-<pid>`` beside ``X``:
+    restore it if ``X`` is missing, else drop it."""
+    if not dest.is_dir():
+        return
+    for old in dest.glob(".*.old-*"):
+        name = old.name[1:].rsplit(".old-", 1)[0]
+        if not (dest / name).exists():
+            os.rename(old, dest / name)
+        elif old.is_dir():
+            shutil.rmtree(old, ignore_errors=True)
+        else:
+            old.unlink(missing_ok=True)
+
+
+def swap_products(staging: Path, dest: Path) -> list[str]:
+    """Move every product in ``staging`` into ``dest`` (each one by rename: old one aside, new one
+    in, old one removed), plus remove the CLEARED products the notebook no longer made.
+    Signals are held off for the few renames, so Ctrl-C cannot stop it halfway."""
+    dest.mkdir(parents=True, exist_ok=True)
+    names = sorted({p.name for p in staging.iterdir()} | set(CLEARED))
+    held = {signal.SIGINT, signal.SIGTERM, signal.SIGHUP}
+    signal.pthread_sigmask(signal.SIG_BLOCK, held)
+    olds = []
+    try:
+        for name in names:
+            new, cur, old = staging / name, dest / name, dest / f".{name}.old-{os.getpid()}"
+            if cur.exists() or cur.is_symlink():
+                os.rename(cur, old)
+                olds.append(old)
+            if new.exists():
+                os.rename(new, cur)
+        for old in olds:
+            shutil.rmtree(old) if old.is_dir() and not old.is_symlink() else old.unlink()
+    finally:
+        signal.pthread_sigmask(signal.SIG_UNBLOCK, held)
+    return names
+
+
+class _Stopped(Exception):
+    def __init__(self, signum: int) -> None:
+        super().__init__(signal.Signals(signum).name)
+        self.signum = signum
+
+
+def _paper_stage(paper: str, params_file: str | Path, dest: Path) -> int:
+    from replication.interrupts import kill_tree, spawn_bound, watch_launcher
+
+    _recover(dest)
+    dest.mkdir(parents=True, exist_ok=True)
+    for stale in dest.parent.glob(f".{paper}.stage-*"):  # left by a stage killed with -9 (we hold the lock)
+        shutil.rmtree(stale, ignore_errors=True)
+    staging = dest.parent / f".{paper}.stage-{os.getpid()}"
+    staging.mkdir()
+    executed = staging / f"{paper}.ipynb"
+    cmd = [sys.executable, "-m", "papermill", f"notebooks/{paper}.ipynb", str(executed), "-k", "python3",
+           "--cwd", ".", "-p", "section", paper, "-p", "params_file", str(params_file),
+           "-p", "out_root", str(dest.parent), "--log-output", "--log-level", "INFO"]
+    env = {**os.environ, PRODUCTS_ENV: str(staging.resolve()), LOCK_ENV: str(dest.resolve())}
+    proc = spawn_bound(cmd, env=env)  # before any thread starts (see spawn_bound)
+    swapping = threading.Lock()
+
+    def launcher_gone() -> None:  # dvc (or whoever started us) died: take everything down
+        with swapping:
+            print(f"stage {paper}: launcher gone; stopping papermill and its kernel", file=sys.stderr, flush=True)
+            kill_tree(proc, grace_s=5.0)
+            shutil.rmtree(staging, ignore_errors=True)
+            os._exit(137)
+
+    watch_launcher(launcher_gone)
+
+    def on_signal(signum: int, frame: object) -> None:
+        raise _Stopped(signum)
+
+    previous = {s: signal.signal(s, on_signal) for s in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)}
+    try:
+        rc = proc.wait()
+    except _Stopped as stop:
+        print(f"stage {paper}: stopped by {stop}; {dest} left as it was", file=sys.stderr, flush=True)
+        kill_tree(proc)
+        shutil.rmtree(staging, ignore_errors=True)
+        return 128 + stop.signum
+    finally:
+        for s, h in previous.items():
+            signal.signal(s, h)
+    if rc != 0:
+        kept = ""
+        if executed.exists():
+            FAILED.mkdir(parents=True, exist_ok=True)
+            shutil.move(str(executed), FAILED / executed.name)
+            kept = f"; the executed notebook up to the failing cell: {FAILED / executed.name}"
+        shutil.rmtree(staging, ignore_errors=True)
+        print(f"stage {paper}: papermill exited with {rc}; {dest} left as it was{kept}", file=sys.stderr)
+        return rc
+    with swapping:
+        names = swap_products(staging, dest)
+        shutil.rmtree(staging, ignore_errors=True)
+    print(f"stage {paper}: {', '.join(names)} swapped into {dest}")
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    import argparse
+
+    ap = argparse.ArgumentParser(prog="python -m replication stage", description=__doc__.splitlines()[0])
+    ap.add_argument("stage", choices=[s for s in STAGES])
+    ap.add_argument("--params", default="params.yaml")
+    args = ap.parse_args(argv)
+    try:
+        return run_stage(args.stage, args.params)
+    except ConfigError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    except subprocess.CalledProcessError as e:
+        return e.returncode

@@ -1,0 +1,208 @@
+"""Figures in prose are generated: named blocks in README.md and docs/ are rewritten from the
+committed results by one command, and a test fails when a block is stale (issue 20.3).
+
+A block is
+
+    <!-- gen:NAME -->
+    ...generated Markdown...
+    <!-- /gen:NAME -->
+
+and ``GENERATORS[NAME](root)`` makes its text from the results under ``root`` (summary.json,
+tables/*.csv, the exported runs). Text outside blocks carries no measured figure, or is history
+in a dated section that names its commit.
+
+    python -m replication.report.prose            # refresh every block of PROSE_FILES
+    python -m replication.report.prose --check    # exit 1 and name the stale blocks
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import re
+import sys
+from pathlib import Path
+from typing import Callable
+
+import numpy as np
+import pandas as pd
+
+PROSE_FILES = ("README.md", "docs/gradient_variance.md", "docs/regime.md", "docs/fidelity/gdro.md")
+BLOCK = re.compile(r"(<!-- gen:(?P<name>[\w.-]+) -->\n)(?P<body>.*?)(<!-- /gen:(?P=name) -->)", re.S)
+PAPERS = {"vip": "VIP", "dynamo": "DynaMO", "gdro": "GDRO"}
+GENERATORS: dict[str, Callable[[Path], str]] = {}
+
+
+def block(name: str):
+    def register(fn: Callable[[Path], str]) -> Callable[[Path], str]:
+        GENERATORS[name] = fn
+        return fn
+    return register
+
+
+def _pts(x: float) -> str:
+    v = 100 * float(x)
+    return f"{v:+.1f}".replace("-", "\u2212")
+
+
+def _p(p: float) -> str:
+    return "1" if p >= 0.995 else f"{p:.2g}"
+
+
+def _summary(root: Path, paper: str) -> dict:
+    return json.loads((root / "results" / paper / "summary.json").read_text())
+
+
+@block("headline")
+def headline(root: Path) -> str:
+    """Each method against its paper's baseline on average held-out mean@8 (summary.json)."""
+    lines = []
+    for paper, label in PAPERS.items():
+        s = _summary(root, paper)
+        n_seeds = len(s.get("seeds", []))
+        for c in s["comparisons"]:
+            if c["metric"] != "average mean@8":
+                continue
+            sig = "significant after Holm" if c.get("significant_holm") else "not significant after Holm"
+            lines.append(f"- {label}: {c['arm']} vs {c['baseline']} {_pts(c['diff'])} pts "
+                         f"[{_pts(c['ci_low'])}, {_pts(c['ci_high'])}] held-out mean@8, MDE "
+                         f"{100 * c['mde']:.1f} pts, p {_p(c['p_value'])} (Holm p {_p(c['p_holm'])}), "
+                         f"{sig}; {c['n']} {c['test']} seeds of {n_seeds}.")
+    return "\n".join(lines)
+
+
+@block("baseline-gains")
+def baseline_gains(root: Path) -> str:
+    """What RL does to each paper's baseline: held-out after − before, paired over seeds."""
+    from replication.orchestration.arms import _slug
+    from replication.report.diagnostics import heldout_gain
+    from replication.report.runs import load_eval
+
+    import yaml
+
+    params = yaml.safe_load((root / "params.yaml").read_text())
+    lines = []
+    for paper, label in PAPERS.items():
+        s = _summary(root, paper)
+        for base in dict.fromkeys(c["baseline"] for c in s["comparisons"]):
+            seeds = [d for d in sorted((root / "results" / paper / "runs" / _slug(base)).glob("s*"))]
+            ev = load_eval(pd.DataFrame({"arm": base, "seed": [int(d.name[1:]) for d in seeds],
+                                         "dir": [str(d) for d in seeds]}))
+            parts = []
+            for metric in ("mean@8", "pass@8"):
+                g = heldout_gain(ev, base, metric, "average")
+                moves = "rises" if g.lo > 0 else "falls" if g.hi < 0 else "within noise"
+                parts.append(f"{metric} {_pts(g.diff)} pts [{_pts(g.lo)}, {_pts(g.hi)}] ({moves})")
+            lines.append(f"- {label} baseline {base} ({len(seeds)} seeds): " + "; ".join(parts) + ".")
+    del params
+    return "\n".join(lines)
+
+
+def _final_ratios(root: Path, paper: str) -> pd.DataFrame:
+    gv = pd.read_csv(root / "results" / paper / "tables" / "gradient_variance.csv")
+    last = gv[gv["step"] == gv["step"].max()]
+    return last.set_index("method")
+
+
+@block("gradient-variance")
+def gradient_variance(root: Path) -> str:
+    """Noise-to-signal ratio of the policy gradient against uniform at the last measured step."""
+    lines = ["| base run | step | " + " | ".join(["method", "noise-to-signal ×uniform [95 % CI]"]) + " |",
+             "|---|---|---|---|"]
+    for paper, label in PAPERS.items():
+        last = _final_ratios(root, paper)
+        step = int(last["step"].iloc[0])
+        for method, r in last.iterrows():
+            if method == "uniform":
+                continue
+            lines.append(f"| {label} | {step} | {method} | {r['noise_to_signal ×unif']} |")
+    return "\n".join(lines)
+
+
+@block("predictor")
+def predictor(root: Path) -> str:
+    """VIP's next-step prediction MAE of the success probability, by predictor and subset."""
+    ps = pd.read_csv(root / "results" / "vip" / "tables" / "predictor_study.csv")
+    piv = ps.pivot_table(index="predictor", columns="subset", values="mae")
+    cnt = ps.groupby("subset")["count"].first()
+    cols = [c for c in ("seen", "unseen", "all") if c in piv.columns]
+    lines = ["| predictor | " + " | ".join(f"MAE {c} ({int(cnt[c]):,} prompt-steps)" for c in cols) + " |",
+             "|---|" + "---|" * len(cols)]
+    for pred, r in piv.iterrows():
+        lines.append(f"| {pred} | " + " | ".join(f"{r[c]:.3f}" for c in cols) + " |")
+    return "\n".join(lines)
+
+
+@block("rollout-gdro-signal")
+def rollout_gdro_signal(root: Path) -> str:
+    """Rollout-GDRO's replay: does its loss give the bandits a signal?"""
+    t = pd.read_csv(root / "results" / "gdro" / "tables" / "rollout_gdro_signal.csv")
+    lines = []
+    for r in t.itertuples():
+        lines.append(f"- {r.arm} ({int(r.runs)} runs): replaying the records reproduces the run's plans on "
+                     f"{r.replay_matches_run:.0f} % of steps; with every loss set to 0 it plans the same counts on "
+                     f"{r.zero_loss_plans_the_same:.1f} % of steps; {r.loss_exactly_0:.1f} % of the losses are "
+                     f"exactly 0 (median |bin mean| {r.median_abs_bin_loss:.2g}).")
+    return "\n".join(lines)
+
+
+def blocks_in(text: str) -> list[str]:
+    return [m.group("name") for m in BLOCK.finditer(text)]
+
+
+def render(text: str, root: Path) -> str:
+    def one(m: re.Match) -> str:
+        name = m.group("name")
+        if name not in GENERATORS:
+            raise KeyError(f"unknown generated block {name!r}; known: {sorted(GENERATORS)}")
+        return m.group(1) + GENERATORS[name](root).rstrip("\n") + "\n" + m.group(4)
+    return BLOCK.sub(one, text)
+
+
+def stale(root: Path, files=PROSE_FILES) -> list[str]:
+    """``file: block`` for every block whose text differs from what its generator writes."""
+    out = []
+    for rel in files:
+        path = Path(root) / rel
+        if not path.is_file():
+            continue
+        text = path.read_text()
+        fresh = render(text, Path(root))
+        if fresh != text:
+            new = dict((m.group("name"), m.group("body")) for m in BLOCK.finditer(fresh))
+            out += [f"{rel}: {m.group('name')}" for m in BLOCK.finditer(text) if new[m.group("name")] != m.group("body")]
+    return out
+
+
+def refresh(root: Path, files=PROSE_FILES) -> list[str]:
+    changed = []
+    for rel in files:
+        path = Path(root) / rel
+        if path.is_file():
+            text = path.read_text()
+            fresh = render(text, Path(root))
+            if fresh != text:
+                path.write_text(fresh)
+                changed.append(rel)
+    return changed
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description="Refresh the generated blocks of README.md and docs/ from results/.")
+    ap.add_argument("--root", type=Path, default=Path("."))
+    ap.add_argument("--check", action="store_true", help="exit 1 when a block is stale (nothing written)")
+    args = ap.parse_args(argv)
+    if args.check:
+        bad = stale(args.root)
+        for b in bad:
+            print(f"stale generated block: {b}", file=sys.stderr)
+        if bad:
+            print("refresh with: python -m replication.report.prose", file=sys.stderr)
+        return 1 if bad else 0
+    changed = refresh(args.root)
+    print("refreshed: " + (", ".join(changed) if changed else "nothing (all blocks current)"))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,123 @@
+"""`python -m replication stage <paper>` with real subprocesses (papermill, a kernel, a "trainer")
+on a throwaway project whose notebooks are fakes that write like the real ones (tests/stages/
+project.py). Issue 18.5: the products are swapped in only on success, Ctrl-C or a failed cell leave
+the committed ones as they were, a second writer is refused naming the holder, and `kill -9` of the
+launcher (dvc) leaves nothing running. Issue 18.4: a trial profile never touches results/."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from tests.stages.project import alive, env, make_project, tree_digest, wait_for
+
+
+def _published(results: Path) -> dict[str, str]:
+    """Everything but the exported runs: a run exported before the stage stopped stays (it is
+    complete on its own and the next stage reuses it), but not one committed file changes."""
+    digest = tree_digest(results)
+    return {k: v for k, v in digest.items() if "/runs/" not in k or "new-run" not in k}
+
+
+def _stage(proj: Path, paper: str = "vip", extra_env: dict | None = None, **kw) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "replication", "stage", paper], cwd=proj,
+                          env={**env(), **(extra_env or {})}, capture_output=True, text=True, timeout=300, **kw)
+
+
+@pytest.mark.slow
+def test_published_stage_swaps_in_its_products_and_keeps_the_runs(tmp_path):
+    proj = make_project(tmp_path)
+    r = _stage(proj)
+    assert r.returncode == 0, r.stderr[-3000:]
+    vip = proj / "results" / "vip"
+    assert (vip / "tables" / "heldout.csv").read_text() == "new table"
+    assert (vip / "runs" / "RLOO" / "s0" / "metrics.json").exists() and (vip / "runs" / "new-run.json").exists()
+    assert (vip / "vip.ipynb").read_text().startswith("{")  # the executed notebook came along
+    assert not list((proj / "results").glob(".vip.stage-*")) and not list(vip.glob(".*.old-*"))
+    status = subprocess.run(["git", "status", "--porcelain", "--", "workspace"], cwd=proj,
+                            capture_output=True, text=True).stdout
+    assert status == ""  # workspace/default/vip is the committed stand-in, unchanged
+
+
+@pytest.mark.slow
+def test_trial_profile_and_failed_cell_leave_results_untouched(tmp_path):
+    proj = make_project(tmp_path)
+    before = tree_digest(proj / "results")
+    params = proj / "params.yaml"
+    params.write_text(params.read_text().replace("\nprofile: default", "\nprofile: quick", 1))
+    r = _stage(proj)
+    assert r.returncode == 0, r.stderr[-3000:]
+    assert tree_digest(proj / "results") == before
+    assert (proj / "workspace" / "quick" / "vip" / "tables" / "heldout.csv").read_text() == "new table"
+    subprocess.run(["git", "checkout", "params.yaml"], cwd=proj, check=True)
+    r = _stage(proj, extra_env={"FAKE_FAIL": "1"})  # products written, then a cell fails
+    assert r.returncode != 0 and "results/vip left as it was" in r.stderr
+    assert _published(proj / "results") == before
+    assert (proj / "workspace" / "failed" / "vip.ipynb").exists()
+    edited = params.read_text().replace("steps: null", "steps: 7", 1)  # default profile, uncommitted edit
+    params.write_text(edited)
+    r = _stage(proj)
+    assert r.returncode == 2 and "edited since the last commit" in r.stderr
+    assert _published(proj / "results") == before
+
+
+@pytest.mark.slow
+def test_second_writer_refused_and_kill_9_of_the_launcher_leaves_nothing(tmp_path):
+    proj = make_project(tmp_path)
+    before = tree_digest(proj / "results")
+    hang = tmp_path / "pids"
+    # the launcher stands in for dvc: it runs the stage through `sh -c`, as dvc does
+    launcher = subprocess.Popen([sys.executable, "-c", "import subprocess, sys; sys.exit(subprocess.call("
+                                 "['sh', '-c', 'python -m replication stage vip; echo done']))"],
+                                cwd=proj, env={**env(), "FAKE_HANG": str(hang)},
+                                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        kernel, trainer = map(int, wait_for(hang).split())
+        second = _stage(proj)
+        assert second.returncode == 2
+        err = second.stderr.strip().splitlines()
+        assert len(err) == 1 and "results/vip is being written by pid" in err[0] and "stage vip" in err[0]
+        launcher.kill()  # kill -9 of dvc
+        launcher.wait()
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline and (alive(kernel) or alive(trainer)):
+            time.sleep(0.2)
+        assert not alive(kernel) and not alive(trainer)
+    finally:
+        if launcher.poll() is None:
+            launcher.kill()
+    time.sleep(1)
+    leftover = subprocess.run(["pgrep", "-f", f"papermill.*{tmp_path}|stage vip"], capture_output=True, text=True)
+    mine = [p for p in leftover.stdout.split() if Path(f"/proc/{p}/cwd").exists()
+            and os.path.realpath(f"/proc/{p}/cwd") == str(proj.resolve())]
+    assert mine == []
+    assert _published(proj / "results") == before
+    assert not list((proj / "results").glob(".vip.stage-*"))
+
+
+@pytest.mark.slow
+def test_ctrl_c_during_a_stage_leaves_the_committed_products(tmp_path):
+    proj = make_project(tmp_path)
+    before = tree_digest(proj / "results")
+    hang = tmp_path / "pids"
+    stage = subprocess.Popen([sys.executable, "-m", "replication", "stage", "vip"], cwd=proj,
+                             env={**env(), "FAKE_HANG": str(hang)}, stdout=subprocess.PIPE,
+                             stderr=subprocess.PIPE, text=True)
+    try:
+        kernel, trainer = map(int, wait_for(hang).split())
+        stage.send_signal(signal.SIGINT)  # what Ctrl-C in the terminal delivers
+        out, err = stage.communicate(timeout=60)
+    finally:
+        if stage.poll() is None:
+            stage.kill()
+    assert stage.returncode == 130 and "stopped by SIGINT" in err
+    time.sleep(1)
+    assert not alive(kernel) and not alive(trainer)
+    assert _published(proj / "results") == before  # summary, tables, figures all still there
+    assert not list((proj / "results").glob(".vip.stage-*"))
