@@ -7,10 +7,16 @@ Runs ``python -m replication train`` four ways on the same global batch — 1 pr
 1 process × 2 threads, 2 processes × 1 thread (``python -m torch.distributed.run --standalone
 --nproc_per_node 2``) with the policy replicated, and the same with it FSDP-sharded
 (``model.sharding=fsdp``, train/fsdp.py) — and prints, per way, the median ``step_seconds`` of rank 0's
-steps.jsonl (first step dropped: warm-up) and the launcher's wall time (start-up, both
-evaluations and the model save included). A 2-process step is generation and update on half
-the rollouts each, plus the gathers and one gradient all-reduce per PPO mini-batch. The numbers
-depend on the machine's other load: run it on an idle machine and read them as a ratio.
+steps.jsonl (first step dropped: warm-up), the launcher's wall time (start-up, both
+evaluations and the model save included), the load average while it ran, and then every
+rank's per-phase split (median seconds per step of ``rank_<phase>_seconds``: generate,
+old-logprob, update, comm — the explicit tensor collectives — sync of the engine's weights, and
+wait — the first gather after generation, mostly waiting for the slowest rank — and the rank's
+CPU seconds in the step, which on a machine shared with other jobs tell what the step would
+take with a core of its own). A 2-process step
+is generation and update on half the rollouts each; the replicated policy's gradients are
+all-reduced by DDP in buckets during backward (inside ``update``). The numbers depend on the
+machine's other load: run it on an idle machine and read them as a ratio.
 """
 
 from __future__ import annotations
@@ -28,8 +34,12 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 
 
+PHASES = ("generate", "old_logprob", "update", "comm", "sync", "wait", "cpu")
+
+
 def run(nproc: int, threads: int, args: argparse.Namespace, out: Path,
-        sharding: str = "replicate") -> tuple[float, float]:
+        sharding: str = "replicate") -> tuple[float, float, list[dict[str, float]]]:
+    """(median step s, wall s, per rank {phase: median s})."""
     launch = [sys.executable, "-m", "replication"] if nproc == 1 else [
         sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", str(nproc),
         "-m", "replication"]
@@ -46,8 +56,11 @@ def run(nproc: int, threads: int, args: argparse.Namespace, out: Path,
     wall = time.perf_counter() - t0
     if p.returncode != 0:
         sys.exit(f"{' '.join(cmd)}\nfailed:\n{p.stderr[-2000:]}")
-    steps = [json.loads(line) for line in (out / "steps.jsonl").read_text().splitlines()]
-    return statistics.median(s["step_seconds"] for s in steps[1:]), wall
+    steps = [json.loads(line) for line in (out / "steps.jsonl").read_text().splitlines()][1:]
+    ranks = len(steps[0].get("rank_update_seconds", [0]))
+    split = [{ph: statistics.median(s.get(f"rank_{ph}_seconds", [s.get(f"{ph}_seconds", 0.0)])[r] for s in steps)
+              for ph in PHASES} for r in range(ranks)]
+    return statistics.median(s["step_seconds"] for s in steps), wall, split
 
 
 def main() -> None:
@@ -58,22 +71,32 @@ def main() -> None:
     ap.add_argument("--steps", type=int, default=8)
     ap.add_argument("--prompts", type=int, default=64, help="prompts per step (global)")
     ap.add_argument("--eval-prompts", type=int, default=16, help="held-out prompts per set")
+    ap.add_argument("--ways", default="1x1,1x2,2x1,2x1fsdp",
+                    help="which of the four ways to run (comma-separated; ratios need 1x1 and 2x1)")
     args = ap.parse_args()
     print(f"profile={args.profile} allocator={args.allocator} prompts/step={args.prompts} "
           f"steps={args.steps} cpus={os.cpu_count()} load={os.getloadavg()[0]:.2f}")
-    print(f"{'processes x threads':>26} {'median step s':>14} {'wall s':>8}")
-    rows = {}
+    print(f"{'processes x threads':>26} {'median step s':>14} {'wall s':>8} {'load 1-min':>11}")
+    rows, splits = {}, {}
     with tempfile.TemporaryDirectory() as tmp:
-        for nproc, threads, sharding in ((1, 1, "replicate"), (1, 2, "replicate"), (2, 1, "replicate"),
-                                         (2, 1, "fsdp")):
-            step, wall = run(nproc, threads, args, Path(tmp) / f"p{nproc}t{threads}{sharding}", sharding)
-            rows[(nproc, threads, sharding)] = step
+        ways = {"1x1": (1, 1, "replicate"), "1x2": (1, 2, "replicate"), "2x1": (2, 1, "replicate"),
+                "2x1fsdp": (2, 1, "fsdp")}
+        for nproc, threads, sharding in (ways[w] for w in args.ways.split(",")):
+            step, wall, split = run(nproc, threads, args, Path(tmp) / f"p{nproc}t{threads}{sharding}", sharding)
             label = f"{nproc} x {threads}" + (" (fsdp)" if sharding == "fsdp" else "")
-            print(f"{label:>26} {step:14.3f} {wall:8.1f}")
-    one = rows[(1, 1, "replicate")]
-    print(f"speed-up of 2 processes over 1 process x 1 thread: {one / rows[(2, 1, 'replicate')]:.2f}x "
-          f"(replicated), {one / rows[(2, 1, 'fsdp')]:.2f}x (FSDP); 2 replicated over 1 process x 2 "
-          f"threads: {rows[(1, 2, 'replicate')] / rows[(2, 1, 'replicate')]:.2f}x")
+            rows[(nproc, threads, sharding)], splits[label] = step, split
+            print(f"{label:>26} {step:14.3f} {wall:8.1f} {os.getloadavg()[0]:11.2f}")
+    one, two, fsdp, two_threads = (rows.get(w) for w in ((1, 1, "replicate"), (2, 1, "replicate"),
+                                                          (2, 1, "fsdp"), (1, 2, "replicate")))
+    for name, a, b in (("2 x 1 / 1 x 1 (replicated)", two, one), ("2 x 1 / 1 x 1 (FSDP)", fsdp, one),
+                       ("FSDP / replicated", fsdp, two), ("2 x 1 / 1 x 2", two, two_threads)):
+        if a and b:
+            print(f"{name}: {a / b:.2f}")
+    print("per-phase split, median seconds per step, by rank:")
+    print(f"{'way':>20} {'rank':>4} " + " ".join(f"{ph:>11}" for ph in PHASES))
+    for label, split in splits.items():
+        for r, phases in enumerate(split):
+            print(f"{label:>20} {r:>4} " + " ".join(f"{phases[ph]:11.4f}" for ph in PHASES))
 
 
 if __name__ == "__main__":

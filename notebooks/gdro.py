@@ -50,6 +50,16 @@ runs = list_runs(pr.runs)
 runs[["arm", "seed", "steps", "rollouts_total", "wall_seconds"]]
 
 # %% [markdown]
+# ## Deviations from the paper (generated from `replication/specs/gdro.yaml`)
+# Every setting in which an arm of this run differs from the paper, with the stated reason
+# (docs/deviations.md holds the same for every paper and profile).
+
+# %%
+from replication.report import deviations
+deviations_md = deviations.to_markdown(section, pr.profile, params_file)
+display(Markdown(deviations_md))
+
+# %% [markdown]
 # ## mean@k per held-out set and pooled pass@k (paper Table 1)
 
 # %%
@@ -203,7 +213,8 @@ if rollout_signal_df is not None:
 tables.write_tables({"heldout_after": table, "heldout_before": before, "comparisons": cmp,
                      "paper_vs_ours": pvo, "allocation_lab": lab_summary, **extra}, pr.tables)
 tables.write_summary_json(cmp, pr.out / "summary.json", profile=pr.profile, seeds=pr.seeds)
-text = conclusions.conclusions(comparisons=cmp, runs=runs, lab=lab_summary, paper=pvo, wse=wse_table,
+text = conclusions.conclusions(comparisons=cmp, evals=pr.ev, runs=runs, lab=lab_summary, paper=pvo, wse=wse_table,
                                gdro_signal=signal_df, rollout_gdro_signal=rollout_signal_df)
 (pr.out / "conclusions.md").write_text(text)
+(pr.tables / "deviations.md").write_text(deviations_md)
 display(Markdown(text))

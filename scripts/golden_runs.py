@@ -62,6 +62,8 @@ REL_TOL = 1e-6
 ABS_TOL = 1e-9
 TIMING_SUFFIXES = ("_seconds",)
 """Fields dropped from every file: wall-clock times differ between machines and runs."""
+NOT_RESULTS = ("provenance",)
+"""Dropped too: how the run ran (commit, code digest, versions: replication/provenance.py)."""
 ENVIRONMENT_FILE = GOLDEN_DIR / "ENVIRONMENT.json"
 """What the numbers depend on beyond the code (docs/reproducibility.md): package versions and the
 CPU's vector instruction sets. Written by --update; elsewhere a run is not comparable bit for bit."""
@@ -177,7 +179,8 @@ def environment_differences() -> list[str]:
 
 def _drop_timings(x: Any) -> Any:
     if isinstance(x, dict):
-        return {k: _drop_timings(v) for k, v in x.items() if not k.endswith(TIMING_SUFFIXES)}
+        return {k: _drop_timings(v) for k, v in x.items()
+                if not k.endswith(TIMING_SUFFIXES) and k not in NOT_RESULTS}
     if isinstance(x, list):
         return [_drop_timings(v) for v in x]
     return x

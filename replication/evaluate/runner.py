@@ -69,7 +69,7 @@ class Evaluator:
             out.append(np.bincount(batch.group_index, weights=ok.astype(float), minlength=len(ids)))
         if g == 1:
             return self.world.concat(np.concatenate(out)).astype(np.int64)
-        parts = self.world.gather(np.concatenate(out))[::g]  # each group's share once
+        parts = self.world.gather_arrays(np.concatenate(out))[::g]  # each group's share once
         return np.concatenate(parts).astype(np.int64)
 
     def __call__(self, model: torch.nn.Module, seed: int = 0) -> dict[str, dict[str, float]]:

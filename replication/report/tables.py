@@ -151,9 +151,22 @@ def add_holm(cmp: pd.DataFrame, scale: float = 100.0) -> pd.DataFrame:
     if cmp.empty:
         return cmp
     out = cmp.copy()
-    out["p_holm"] = holm(out["p"])
+    # One test counted once (issue 20.4): a row whose comparison is the very same test as an
+    # earlier row (same arm, baseline and metric; same difference, p and n) — "pooled" equals
+    # "average" when every held-out set has as many prompts — stays in the table, marked
+    # ``same_test_as``, with the first row's Holm p, and is left out of the family.
+    key = out[["arm", "baseline", "metric"]].astype(str).agg("|".join, axis=1) + "|" + \
+        out["diff"].round(12).astype(str) + "|" + out["p"].round(12).astype(str) + "|" + out["n"].astype(str)
+    first = ~key.duplicated(keep="first")
+    p_family = out["p"].where(first)
+    out["p_holm"] = holm(p_family)
+    if not first.all():
+        set_of_first = dict(zip(key[first], out.loc[first, "set"]))
+        p_holm_of_first = dict(zip(key[first], out.loc[first, "p_holm"]))
+        out["same_test_as"] = [None if f else set_of_first[k] for k, f in zip(key, first)]
+        out.loc[~first, "p_holm"] = [p_holm_of_first[k] for k in key[~first]]
     out["significant_holm"] = np.isfinite(out["p_holm"]) & (out["p_holm"] < 0.05)
-    out["family_size"] = int(np.isfinite(out["p"].to_numpy(dtype=float)).sum())
+    out["family_size"] = int(np.isfinite(p_family.to_numpy(dtype=float)).sum())
     unit = "pts" if scale == 100.0 else ""
     out["text"] = [describe(_row_comparison(r), scale=scale, unit=unit, p_holm=r.p_holm)
                    + (f" — UNPAIRED: {r.unpaired}" if _is_note(getattr(r, "unpaired", "")) else "")

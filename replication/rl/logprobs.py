@@ -24,6 +24,8 @@ import torch
 
 
 def _accepts_logits_to_keep(model: torch.nn.Module) -> bool:
+    if isinstance(model, torch.nn.parallel.DistributedDataParallel):
+        model = model.module  # DDP's forward(*inputs, **kwargs) passes the keyword through
     try:
         return "logits_to_keep" in inspect.signature(model.forward).parameters
     except (TypeError, ValueError):

@@ -53,6 +53,17 @@ class Components:
     generation_model: torch.nn.Module | None = None
     """FSDP with the HF engine: the full copy of the policy the engine samples from (train/fsdp.py);
     None otherwise (the engine reads ``model`` itself, or holds its own weights: vLLM)."""
+    train_model: torch.nn.Module | None = None
+    """What the update trains through: the DDP wrapper of ``model`` with several replicated
+    ranks (train/ddp.py), else ``model`` itself (one process, or FSDP-sharded). Everything
+    else — checkpoints, evaluation, generation — uses ``model``."""
+    _full_state: tuple[int, dict] | None = dataclasses.field(default=None, repr=False)
+    """FSDP: the full weights gathered after the latest update, keyed by the optimizer step
+    (``scheduler.last_epoch``), shared by the engine sync, evaluation, checkpoint and save."""
+
+    def __post_init__(self) -> None:
+        if self.train_model is None:
+            self.train_model = self.model
 
     # -- the weights the rollout engine and the evaluator read
     def engine_view(self) -> torch.nn.Module:
@@ -61,10 +72,20 @@ class Components:
         must call this: the gather is a collective)."""
         if self.generation_model is None:
             return self.model
-        from replication.train.fsdp import full_state_dict
-
-        self.generation_model.load_state_dict(full_state_dict(self.model))
+        self.full_model_state()
         return self.generation_model
+
+    def full_model_state(self) -> dict[str, torch.Tensor]:
+        """FSDP: the policy's full weights, gathered ONCE per update (a collective on the first
+        call after an update: every rank calls it). With the HF engine the generation copy
+        holds them (refreshed here, no second copy); otherwise a CPU copy is kept."""
+        from replication.train.fsdp import gather_full_weights
+
+        step = int(self.scheduler.last_epoch)
+        if self._full_state is None or self._full_state[0] != step:
+            self._full_state = None  # free the previous update's copy before gathering
+            self._full_state = (step, gather_full_weights(self.model, into=self.generation_model))
+        return self._full_state[1]
 
     # -- difficulty bins (one classifier per run, see ``classifier``)
     def bins(self, ids: list) -> np.ndarray | None:
@@ -79,9 +100,9 @@ class Components:
         """Everything stateful; under FSDP the model and optimizer are gathered to FULL state dicts
         (a collective: every rank calls it, rank 0 writes it)."""
         if self.world.fsdp:
-            from replication.train.fsdp import full_state_dict, optimizer_state
+            from replication.train.fsdp import optimizer_state
 
-            model_state, optim_state = full_state_dict(self.model), optimizer_state(self.model, self.optimizer)
+            model_state, optim_state = self.full_model_state(), optimizer_state(self.model, self.optimizer)
         else:
             model_state, optim_state = self.model.state_dict(), self.optimizer.state_dict()
         return {
@@ -104,6 +125,7 @@ class Components:
 
             load_full_state_dict(self.model, s["model"])
             load_optimizer_state(self.model, self.optimizer, s["optimizer"])
+            self._full_state = None
         else:
             self.model.load_state_dict(s["model"])
             self.optimizer.load_state_dict(s["optimizer"])
@@ -124,7 +146,7 @@ class Components:
         if self.world.fsdp:
             from replication.train.fsdp import save_pretrained
 
-            save_pretrained(self.model, self.tokenizer, path, self.world)
+            save_pretrained(self.model, self.tokenizer, path, self.world, state=self.full_model_state())
         elif self.world.is_main:
             self.model.save_pretrained(path)
             self.tokenizer.save_pretrained(path)
@@ -190,8 +212,10 @@ def build_components(cfg: TrainConfig, world: World = World()) -> Components:
         if ref_model is not None:
             shard_policy(ref_model, world)
     o = cfg.optim
+    # FSDP: the multi-tensor AdamW (one DTensor dispatch per op for all shards, not one per
+    # parameter); one process and DDP keep torch's default, so their numbers do not move
     optimizer = torch.optim.AdamW(model.parameters(), lr=o.lr, weight_decay=o.weight_decay,
-                                  betas=tuple(o.betas))
+                                  betas=tuple(o.betas), foreach=True if world.fsdp else None)
     warm = max(o.warmup_steps * cfg.rl.mini_batches * cfg.rl.ppo_epochs, 0)
     scheduler = torch.optim.lr_scheduler.LambdaLR(
         optimizer, lambda i: min(1.0, (i + 1) / warm) if warm > 0 else 1.0
@@ -202,6 +226,11 @@ def build_components(cfg: TrainConfig, world: World = World()) -> Components:
                           add_special_tokens=add_special,
                           placement=EnginePlacement(world.rank, world.size, world.local_rank),
                           pass_sync=world.max if world.fsdp else None)  # passes over a sharded policy
+    train_model = model
+    if world.distributed and not world.fsdp:  # replicated: DDP's bucketed, overlapped all-reduce
+        from replication.train.ddp import replicate_policy
+
+        train_model = replicate_policy(model, world)
     generator = torch.Generator().manual_seed(cfg.seed)
     return Components(
         model=model,
@@ -225,4 +254,5 @@ def build_components(cfg: TrainConfig, world: World = World()) -> Components:
         modulation_cfg=modulation,
         world=world,
         generation_model=generation_model,
+        train_model=train_model,
     )

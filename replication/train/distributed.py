@@ -16,8 +16,11 @@ The contract (tested in tests/train/test_distributed.py against the 1-process ru
   which rank drew them, so the union of the ranks' samples is the 1-process batch;
 - the update's mini-batches are drawn over the GLOBAL rows with the same seeded permutation on
   every rank; each rank backpropagates the rows it holds, divided by the mini-batch's GLOBAL
-  denominator, and the gradients are summed across ranks: the 1-process gradient of the whole
-  mini-batch, up to float summation order;
+  denominator, and the gradients are summed across ranks (DDP with a SUM hook, train/ddp.py,
+  or FSDP's reduce-scatter): the 1-process gradient of the whole mini-batch, up to float
+  summation order;
+- the numbers ranks exchange travel as tensors (``gather_arrays``, ``reduce``); the one pickled
+  gather left carries rank 0's refusal (an exception) in ``on_main``;
 - rank 0 alone writes logs, checkpoints, the model and metrics.json; every rank resumes from
   the same checkpoint.
 
@@ -30,6 +33,7 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import os
+import time
 from collections.abc import Callable, Hashable, Sequence
 from typing import Any
 
@@ -108,16 +112,41 @@ def generation_share(parts: list[slice], rank: int, group_size: int) -> slice:
     return slice(parts[first].start, parts[first + group_size - 1].stop)
 
 
+def wants_fsdp(sharding: str, env: dict[str, str] | None = None) -> bool:
+    """``model.sharding == 'fsdp'`` or accelerate's FSDP config (it sets ACCELERATE_USE_FSDP)."""
+    e = os.environ if env is None else env
+    return sharding == "fsdp" or e.get("ACCELERATE_USE_FSDP", "").lower() in ("1", "true")
+
+
+class CommClock:
+    """Seconds this rank spent inside the World's explicit collectives since the last ``take``
+    (the step's comm/sync figure; DDP's bucketed all-reduce runs inside backward and is not
+    counted here)."""
+
+    def __init__(self) -> None:
+        self.seconds = 0.0
+
+    def take(self) -> float:
+        out, self.seconds = self.seconds, 0.0
+        return out
+
+
 @dataclasses.dataclass(frozen=True)
 class World:
-    """This process's place in the run: rank, number of ranks, local rank (GPU index)."""
+    """This process's place in the run: rank, number of ranks, local rank (GPU index), and how
+    the policy is spread over the ranks. Decided once, by ``from_env``."""
 
     rank: int = 0
     size: int = 1
     local_rank: int = 0
     fsdp: bool = False
     """The policy is FSDP-sharded (train/fsdp.py): gradients arrive reduce-scattered, and every
-    pass over the model is a collective that all ranks must run."""
+    pass over the model is a collective that all ranks must run. False = replicated: with
+    several ranks the policy is wrapped in DistributedDataParallel (train/ddp.py)."""
+    backend: str = "gloo"
+    """The process group's backend: nccl (CUDA) or gloo (CPU); numeric collectives travel as
+    tensors on this backend's device."""
+    clock: CommClock = dataclasses.field(default_factory=CommClock, compare=False, repr=False)
 
     @property
     def is_main(self) -> bool:
@@ -127,29 +156,48 @@ class World:
     def distributed(self) -> bool:
         return self.size > 1
 
+    @property
+    def sharding(self) -> str:
+        """What this world does to the policy: 'none' (one process), 'ddp' or 'fsdp'."""
+        return "fsdp" if self.fsdp else ("ddp" if self.distributed else "none")
+
     @classmethod
-    def from_env(cls, device: str = "cpu") -> "World":
+    def from_env(cls, device: str = "cpu", sharding: str = "replicate",
+                 env: dict[str, str] | None = None) -> "World":
         """Join the launcher's process group (torchrun / accelerate launch), or one process.
 
         ``device``: the model's device setting; "cuda" (or "auto" with CUDA) uses nccl and pins
-        this rank to GPU LOCAL_RANK, anything else gloo.
+        this rank to GPU LOCAL_RANK, anything else gloo. ``sharding``: ``model.sharding``; FSDP
+        also when accelerate's FSDP config says so (``wants_fsdp``). The collective timeout is
+        ``collective_timeout()`` (train/rank_faults.py); a rank started by torchrun exits when
+        its launcher dies.
         """
-        size = int(os.environ.get("WORLD_SIZE", "1"))
+        from replication.train.rank_faults import collective_timeout, die_with_launcher
+
+        e = os.environ if env is None else env
+        size = int(e.get("WORLD_SIZE", "1"))
         if size <= 1:
             return cls()
-        rank, local = int(os.environ["RANK"]), int(os.environ.get("LOCAL_RANK", "0"))
+        rank, local = int(e["RANK"]), int(e.get("LOCAL_RANK", "0"))
         use_cuda = device == "cuda" or (device == "auto" and torch.cuda.is_available())
+        backend = "nccl" if use_cuda else "gloo"
+        die_with_launcher(e)
         if use_cuda:
             torch.cuda.set_device(local)
         if not torch.distributed.is_initialized():
-            torch.distributed.init_process_group(backend="nccl" if use_cuda else "gloo")
-        return cls(rank=rank, size=size, local_rank=local)
+            torch.distributed.init_process_group(backend=backend, timeout=collective_timeout(backend, e))
+        return cls(rank=rank, size=size, local_rank=local, fsdp=wants_fsdp(sharding, e), backend=backend)
 
     # ---------------------------------------------------------------- collectives
+    @property
+    def _device(self) -> torch.device:
+        return torch.device("cuda", self.local_rank) if self.backend == "nccl" else torch.device("cpu")
+
     def on_main(self, fn: Callable[[], Any]) -> Any:
         """``fn()`` on rank 0 only (e.g. checks that lock or clear the run folder); its result
         on rank 0 (None elsewhere). Its exception reaches every rank, so a refused run stops all
-        ranks with the same message (exit 2 for a ConfigError) instead of leaving them waiting."""
+        ranks with the same message (exit 2 for a ConfigError) instead of leaving them waiting.
+        The one pickled gather left: the payload is an exception object, not numbers."""
         if not self.distributed:
             return fn()
         result, error = None, None
@@ -168,79 +216,73 @@ class World:
             torch.distributed.barrier()
 
     def gather(self, part: Any) -> list[Any]:
-        """Every rank's ``part`` (any picklable object), in rank order, on every rank."""
+        """Every rank's ``part`` (any picklable object), in rank order, on every rank. Pickled:
+        for non-numeric payloads only (``on_main``'s exception); numbers use the tensor
+        collectives below."""
         if not self.distributed:
             return [part]
         out: list[Any] = [None] * self.size
         torch.distributed.all_gather_object(out, part)
         return out
 
-    def concat(self, part: np.ndarray) -> np.ndarray:
+    def gather_arrays(self, part: np.ndarray, lengths: Sequence[int] | None = None) -> list[np.ndarray]:
+        """Every rank's 1-D numeric array, in rank order, as tensors: padded to the longest part
+        and all-gathered once (twice when ``lengths``, the ranks' part lengths, is not known to
+        every rank). Bool, integer and float dtypes come back unchanged (integers exact)."""
+        part = np.asarray(part).reshape(-1)
+        if not self.distributed:
+            return [part]
+        t0 = time.perf_counter()
+        dtype = part.dtype
+        wire = np.uint8 if dtype == bool else (np.int64 if np.issubdtype(dtype, np.integer) else np.float64)
+        if lengths is None:
+            lengths = [int(n) for n in self._all_gather(torch.tensor([part.size], dtype=torch.int64))[:, 0]]
+        elif int(lengths[self.rank]) != part.size:
+            raise ValueError(f"rank {self.rank}: part of {part.size} values, expected {lengths[self.rank]}")
+        width = max(max(int(n) for n in lengths), 1)
+        buf = torch.zeros(width, dtype=torch.from_numpy(np.zeros(0, wire)).dtype)
+        buf[: part.size] = torch.from_numpy(part.astype(wire))
+        rows = self._all_gather(buf)
+        self.clock.seconds += time.perf_counter() - t0
+        return [rows[r, : int(lengths[r])].numpy().astype(dtype) for r in range(self.size)]
+
+    def concat(self, part: np.ndarray, lengths: Sequence[int] | None = None) -> np.ndarray:
         """The ranks' array parts concatenated in rank order (the step's plan order)."""
         if not self.distributed:
             return np.asarray(part)
-        return np.concatenate([np.asarray(p) for p in self.gather(np.asarray(part))])
+        return np.concatenate(self.gather_arrays(part, lengths))
+
+    def _all_gather(self, t: torch.Tensor) -> torch.Tensor:
+        """[size, *t.shape] on CPU: every rank's equally-shaped tensor."""
+        t = t.to(self._device)
+        out = torch.empty((self.size, *t.shape), dtype=t.dtype, device=t.device)
+        torch.distributed.all_gather_into_tensor(out, t) if self.backend == "nccl" else \
+            torch.distributed.all_gather(list(out.unbind(0)), t)
+        return out.cpu()
+
+    def reduce(self, values: Sequence[float], op: str = "sum") -> np.ndarray:
+        """Element-wise sum / min / max over ranks of a few float64 numbers, one all-reduce
+        (exact for integers below 2**53)."""
+        v = np.asarray(values, dtype=np.float64)
+        if not self.distributed:
+            return v
+        t0 = time.perf_counter()
+        ops = {"sum": torch.distributed.ReduceOp.SUM, "min": torch.distributed.ReduceOp.MIN,
+               "max": torch.distributed.ReduceOp.MAX}
+        t = torch.from_numpy(v.copy()).to(self._device)
+        torch.distributed.all_reduce(t, op=ops[op])
+        self.clock.seconds += time.perf_counter() - t0
+        return t.cpu().numpy()
 
     def sum(self, x: float) -> float:
-        """Sum of a Python number over ranks (exact for integers; rank-ordered for floats)."""
-        if not self.distributed:
-            return x
-        return type(x)(sum(self.gather(x)))
+        """Sum of a Python number over ranks (exact for integers)."""
+        return x if not self.distributed else type(x)(self.reduce([x], "sum")[0])
 
     def min(self, x: float) -> float:
-        return x if not self.distributed else min(self.gather(x))
+        return x if not self.distributed else type(x)(self.reduce([x], "min")[0])
 
     def max(self, x: float) -> float:
-        return x if not self.distributed else max(self.gather(x))
-
-    def sum_gradients(self, model: torch.nn.Module) -> None:
-        """All-reduce (SUM) every parameter's gradient, one flat buffer; None grads count as 0.
-
-        Each rank's gradient is its rows' partial sum already divided by the GLOBAL denominator,
-        so the sum is the gradient of the whole mini-batch.
-        """
-        if not self.distributed or self.fsdp:  # FSDP reduce-scattered them in backward (a sum)
-            return
-        params = [p for p in model.parameters() if p.requires_grad]
-        for p in params:
-            if p.grad is None:
-                p.grad = torch.zeros_like(p)
-        flat = torch.cat([p.grad.reshape(-1) for p in params])
-        torch.distributed.all_reduce(flat, op=torch.distributed.ReduceOp.SUM)
-        offset = 0
-        for p in params:
-            n = p.numel()
-            p.grad.copy_(flat[offset : offset + n].view_as(p.grad))
-            offset += n
-
-    def combine_stats(
-        self, stats: dict[str, float], weight: float, weights: dict[str, float] | None = None
-    ) -> dict[str, float]:
-        """One mini-batch's diagnostics over all ranks: ``*_min`` → min, ``*_max`` → max,
-        ``n_tokens`` and the losses (already over the global denominator) → sum, the rest → mean
-        weighted by each rank's ``weight`` (its valid tokens), or by ``weights[key]`` for a mean
-        over a sub-population (e.g. positive-advantage tokens): the 1-process value."""
-        if not self.distributed:
-            return stats
-        parts = self.gather({k: (v, (weights or {}).get(k, float(weight))) for k, v in stats.items()})
-        keys = sorted({k for s in parts for k in s})
-        out: dict[str, float] = {}
-        for k in keys:
-            vals = [s[k] for s in parts if k in s and np.isfinite(s[k][0])]
-            if not vals:
-                out[k] = float("nan")
-            elif k.endswith("_min"):
-                out[k] = min(v for v, _ in vals)
-            elif k.endswith("_max"):
-                out[k] = max(v for v, _ in vals)
-            elif k in ("n_tokens", "loss", "pg_loss", "kl"):
-                out[k] = float(sum(v for v, _ in vals))
-            elif k == "grad_norm":
-                out[k] = vals[0][0]  # taken after the all-reduce: the same on every rank
-            else:
-                w = sum(wt for _, wt in vals)
-                out[k] = float(sum(v * wt for v, wt in vals) / w) if w > 0 else vals[0][0]
-        return out
+        return x if not self.distributed else type(x)(self.reduce([x], "max")[0])
 
     def close(self) -> None:
         if self.distributed and torch.distributed.is_initialized():

@@ -30,18 +30,11 @@ Activation checkpointing and a bf16 mixed-precision policy are not applied: the 
 from __future__ import annotations
 
 import copy
-import os
 from typing import Any
 
 import torch
 
-from replication.train.distributed import World
-
-
-def wants_fsdp(sharding: str, env: dict[str, str] | None = None) -> bool:
-    """``model.sharding == 'fsdp'`` or accelerate's FSDP config (it sets ACCELERATE_USE_FSDP)."""
-    e = os.environ if env is None else env
-    return sharding == "fsdp" or e.get("ACCELERATE_USE_FSDP", "").lower() in ("1", "true")
+from replication.train.distributed import World, wants_fsdp  # noqa: F401 - re-exported
 
 
 def _layer_classes(model: torch.nn.Module) -> set[str]:
@@ -97,6 +90,36 @@ def full_state_dict(model: torch.nn.Module) -> dict[str, torch.Tensor]:
     return get_model_state_dict(model, options=StateDictOptions(full_state_dict=True))
 
 
+def gather_full_weights(model: torch.nn.Module, into: torch.nn.Module | None = None) -> dict[str, torch.Tensor]:
+    """The same weights as ``full_state_dict`` with one all-gather per FSDP unit instead of one
+    per parameter (a collective: all ranks call it). ``into``: a full, unsharded model of the
+    same architecture whose weights are overwritten in place and whose state dict is returned
+    (the HF engine's generation copy: no second copy); None = CPU copies."""
+    from torch.distributed.fsdp import FSDPModule
+
+    units = [m for m in model.modules() if isinstance(m, FSDPModule)]
+    for m in units:
+        m.unshard()  # the unit's parameters are plain, full tensors until reshard()
+    try:
+        full = dict(model.named_parameters(remove_duplicate=False))  # tied names included
+        for name, buf in model.named_buffers(remove_duplicate=False):
+            owner, _, leaf = name.rpartition(".")
+            if leaf not in model.get_submodule(owner)._non_persistent_buffers_set:
+                full[name] = buf
+        if into is not None:
+            target = into.state_dict(keep_vars=True)
+            if set(target) != set(full):
+                raise KeyError(f"generation copy and policy differ in {sorted(set(target) ^ set(full))[:3]}")
+            with torch.no_grad():
+                for k, v in full.items():
+                    target[k].copy_(v)
+            return into.state_dict()
+        return {k: v.detach().to("cpu", copy=True) for k, v in full.items()}
+    finally:
+        for m in units:
+            m.reshard()
+
+
 def load_full_state_dict(model: torch.nn.Module, state: dict[str, torch.Tensor]) -> None:
     """Each rank keeps its shard of a full state dict (every rank passes the same dict)."""
     from torch.distributed.checkpoint.state_dict import StateDictOptions, set_model_state_dict
@@ -134,9 +157,11 @@ def zero_pass(model: torch.nn.Module, input_ids: torch.Tensor, attention_mask: t
             (out.logits.float().sum() * 0.0).backward()
 
 
-def save_pretrained(model: torch.nn.Module, tokenizer: Any, path, world: World) -> None:
-    """Gather the full weights (every rank) and let rank 0 write an ordinary HF folder."""
-    state = full_state_dict(model)
+def save_pretrained(model: torch.nn.Module, tokenizer: Any, path, world: World,
+                    state: dict[str, torch.Tensor] | None = None) -> None:
+    """Rank 0 writes an ordinary HF folder of the full weights: ``state`` (already gathered), or
+    gathered here (a collective: every rank calls it)."""
+    state = dict(full_state_dict(model) if state is None else state)
     if getattr(getattr(model, "config", None), "tie_word_embeddings", False):
         # the gathered dict has the tied head as its own entry; an HF folder stores it once
         for key in list(getattr(model, "_tied_weights_keys", None) or ()):

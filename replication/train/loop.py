@@ -38,7 +38,8 @@ from replication.train.distributed import (
     rollout_seeds,
     split_groups,
 )
-from replication.train.fsdp import wants_fsdp
+from replication.provenance import run_provenance
+from replication.train.rank_faults import stop_on_collective_failure
 from replication.train.run_folder import check_finite, finish_run, prepare_run
 from replication.train.run_log import RunLog
 from replication.train.probe import run_probe  # issue 20.9: the upper-bound arm's probe
@@ -58,11 +59,18 @@ def train(
     steps = cfg.steps if max_steps is None else int(max_steps)
     if steps < 1:
         raise ValueError(f"--max-steps must be >= 1, got {steps}")
-    world = World.from_env(cfg.model.device)  # one process unless launched by torchrun/accelerate
-    # model.sharding=fsdp (or accelerate's FSDP config): the policy is sharded over the ranks
-    world = dataclasses.replace(world, fsdp=world.distributed and wants_fsdp(cfg.model.sharding))
+    # one process unless launched by torchrun/accelerate; model.sharding=fsdp (or accelerate's
+    # FSDP config) shards the policy over the ranks, else it is replicated (DDP)
+    world = World.from_env(cfg.model.device, cfg.model.sharding)
     if world.fsdp and cfg.model.sharding != "fsdp":  # chosen by accelerate's config: record it
         cfg = dataclasses.replace(cfg, model=dataclasses.replace(cfg.model, sharding="fsdp"))
+    # a stopped or dead rank ends the others' wait with one line naming the rank (rank_faults.py)
+    with stop_on_collective_failure(world.rank, world.size, world.distributed):
+        return _train(cfg, out, steps, world, resume=resume, overwrite=overwrite, progress=progress)
+
+
+def _train(cfg: TrainConfig, out: Path, steps: int, world: World, *, resume: bool, overwrite: bool,
+           progress: bool) -> dict:
     check_world(cfg, world)  # enough prompt groups per rank; engine groups divide the ranks
     # folder rules (run_folder.py): --resume needs a valid checkpoint, --overwrite to replace;
     # rank 0 alone locks and clears the folder (its refusal stops every rank), then every rank
@@ -123,6 +131,7 @@ def train(
         "eval_before": eval_before,
         "eval_after": eval_after,
         "wall_seconds": wall_before + time.perf_counter() - t0,
+        "provenance": run_provenance(cfg, world, c.engine),
     }
     c.save_model(out / "model")  # rank 0 writes (FSDP: every rank joins the gather)
     if world.is_main:  # metrics.json atomically, then the manifest: the run exists (run_folder.py)
@@ -137,6 +146,8 @@ def train(
 
 def train_step(cfg: TrainConfig, c: Components, step: int, world: World = World()) -> tuple[dict, list[dict]]:
     t_step = time.perf_counter()  # allocator_seconds = plan + observe (VIP's overhead figure)
+    cpu_step = time.process_time()  # this rank's CPU time: its step on an idle machine, waits aside
+    world.clock.take()  # comm_seconds: this step's explicit collectives only
     # 1. prompts and the allocation of the step's fixed budget C = Q·n̄
     epoch = c.sampler.epoch
     idx = c.sampler.next_batch(cfg.rollout.prompts_per_step)
@@ -177,7 +188,12 @@ def train_step(cfg: TrainConfig, c: Components, step: int, world: World = World(
     sources = [c.train.sources[i] for i in my_idx]
     my_correct = np.asarray(c.verifier.is_correct(batch.completions, batch.row_answers,
                                                   [sources[g] for g in batch.group_index]), dtype=bool)
-    correct = world.concat(my_correct)  # the whole step's rows, in plan order, on every rank
+    # the whole step's rows, in plan order, on every rank; the first collective after the
+    # ranks' unequal generation: its time is mostly waiting for the slowest rank (wait_seconds)
+    t_wait = time.perf_counter()
+    correct = world.concat(my_correct, [int(counts[p].sum()) for p in parts])
+    wait_seconds = time.perf_counter() - t_wait
+    world.clock.take()
     rewards = np.where(correct, cfg.rl.reward_positive, cfg.rl.reward_negative)
 
     # 3. advantages per group (variable sizes), then Prompt-GDRO weights per prompt
@@ -200,7 +216,7 @@ def train_step(cfg: TrainConfig, c: Components, step: int, world: World = World(
     if sleeps:
         c.engine.sleep(1)
     upd = ppo_update(
-        c.model, c.optimizer, c.scheduler, batch, adv[rows], c.ppo_cfg,
+        c.train_model, c.optimizer, c.scheduler, batch, adv[rows], c.ppo_cfg,
         temperature=s.temperature, mini_batches=cfg.rl.mini_batches, ppo_epochs=cfg.rl.ppo_epochs,
         grad_clip=cfg.optim.grad_clip, rng=c.update_rng, modulation=c.modulation_cfg,
         ref_model=c.ref_model, row_weights=prompt_w[group_index][rows],
@@ -212,12 +228,24 @@ def train_step(cfg: TrainConfig, c: Components, step: int, world: World = World(
         c.engine.wake_up()
     c.engine.sync_weights(c.engine_view())  # FSDP + HF: the generation copy, refreshed
     update_seconds, sync_seconds = t_sync - t_upd, time.perf_counter() - t_sync
+    comm_update = world.clock.take()
+    update_seconds -= comm_update  # the update's explicit collectives count as comm_seconds
 
     # 5. feedback: per-prompt losses (mean over the prompt's rollouts) to allocator and weighter
     q = len(ids)
     row_loss = upd.row_loss if cfg.rl.prompt_loss_kl or upd.row_kl is None else upd.row_loss - upd.row_kl
     my_loss = np.bincount(batch.group_index, weights=row_loss, minlength=len(my_idx))
-    prompt_loss = world.concat(my_loss) / counts
+    phases = {"generate": generate_seconds, "old_logprob": old_lp_seconds, "update": update_seconds,
+              "comm": comm_update, "sync": sync_seconds, "wait": wait_seconds,
+              "cpu": time.process_time() - cpu_step}
+    # the per-prompt losses, and every rank's phase split riding along (rank-indexed lists in
+    # rank 0's row; a rank's listed comm excludes this last gather, the row's includes it)
+    n_ph = len(phases)
+    mine_and_phases = np.concatenate([my_loss, list(phases.values())])
+    gathered = world.gather_arrays(mine_and_phases, [p.stop - p.start + n_ph for p in parts])
+    prompt_loss = np.concatenate([g[:-n_ph] for g in gathered]) / counts
+    by_rank = [g[-n_ph:] for g in gathered]
+    comm_seconds = comm_update + world.clock.take()
     succ = np.bincount(group_index, weights=correct.astype(float), minlength=q)
     t_obs = time.perf_counter()
     c.allocator.observe(ids, counts, rewards, prompt_losses=prompt_loss)
@@ -247,6 +275,9 @@ def train_step(cfg: TrainConfig, c: Components, step: int, world: World = World(
         "old_logprob_seconds": old_lp_seconds,
         "update_seconds": update_seconds,
         "sync_seconds": sync_seconds,
+        "comm_seconds": comm_seconds,
+        "wait_seconds": wait_seconds,
+        **{f"rank_{k}_seconds": [float(r[i]) for r in by_rank] for i, k in enumerate(phases)},
         "step_seconds": time.perf_counter() - t_step,
         **({} if probe is None else probe.log_fields()),
         **{k: v for k, v in upd.stats.items()},

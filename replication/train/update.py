@@ -10,8 +10,13 @@ With several processes (``shard``, train/distributed.py) the mini-batches are dr
 step's GLOBAL rows by the same seeded permutation on every rank; each rank backpropagates the
 rows of the mini-batch it holds over the mini-batch's global denominator, and the gradients are
 summed across ranks before clipping — the gradient one process computes with the whole batch.
-With an FSDP-sharded policy a rank that holds none of a mini-batch's rows still runs one
-zero-weight pass, so that every rank joins the same gathers (train/fsdp.py).
+``model`` is then the DDP wrapper (train/ddp.py: bucketed SUM all-reduce overlapped with the
+backward pass, one backward per rank and mini-batch) or the FSDP-sharded policy (train/fsdp.py:
+reduce-scattered as a SUM). A rank that holds none of a mini-batch's trainable rows still runs
+one zero-weight pass, so that every rank joins the same gradient collectives. The step's
+numbers that ranks exchange travel as tensors: one all-reduce per PPO epoch for the global
+denominators of all its mini-batches (plus one per mini-batch for DynaMO's extent), one all-gather per update for the diagnostics
+(update_stats.py).
 """
 
 from __future__ import annotations
@@ -32,6 +37,7 @@ from replication.rl.modulation import entropy_change_magnitude
 from replication.rollout.base import RolloutBatch
 from replication.train.distributed import RowShard, World
 from replication.train.fsdp import zero_pass
+from replication.train.update_stats import combine_over_ranks
 
 
 @dataclasses.dataclass
@@ -72,26 +78,32 @@ def ppo_update(
     row_loss = np.zeros(batch.n_rows)
     row_kl = np.zeros(batch.n_rows)
     collected: dict[str, list[float]] = {}
+    per_mb: list[tuple[dict, float | None, dict | None]] = []
     use_kl = ref_model is not None and ppo_cfg.kl_coef > 0
     model.train()
     for _ in range(ppo_epochs):
         order = rng.permutation(n)
+        plan = []
         for mb in np.array_split(order, min(mini_batches, n)):
             mb_t = torch.as_tensor(shard.local(np.sort(mb)))  # this rank's rows of the mini-batch
             mask = batch.completion_mask[mb_t].float()
-            # token-mean divides by the mini-batch's valid tokens, seq-mean modes by its rows
-            # (both counted over every rank's rows).
-            if ppo_cfg.aggregation == "token-mean":
-                denom = torch.tensor(world.sum(float(mask.sum()))).clamp_min(1.0)
-            else:
-                denom = torch.tensor(float(len(mb)))
             # Zero-advantage rows contribute no gradient (without KL): train only the others,
             # with the full mini-batch's token count as the token-mean denominator.
             # DynaMO's H_min/H_max range over ALL valid tokens of the mini-batch, so with
             # modulation on every row is kept too.
             keep = mb_t if (use_kl or modulation is not None) else mb_t[adv_rows[mb_t] != 0]
+            plan.append((mb, keep, float(mask.sum())))
+        # token-mean divides by the mini-batch's valid tokens, seq-mean modes by its rows, both
+        # counted over every rank's rows: one all-reduce for every mini-batch of the epoch
+        totals = world.reduce([x for _, keep, tokens in plan for x in (tokens, float(len(keep)))], "sum")
+        for j, (mb, keep, _) in enumerate(plan):
+            tokens, kept = totals[2 * j], totals[2 * j + 1]
+            if ppo_cfg.aggregation == "token-mean":
+                denom = torch.tensor(float(tokens)).clamp_min(1.0)
+            else:
+                denom = torch.tensor(float(len(mb)))
             stats, weight, n_pos = {"entropy": float("nan")}, 0.0, 0.0
-            if world.sum(len(keep)) > 0:
+            if kept > 0:
                 optimizer.zero_grad(set_to_none=True)
                 if len(keep) > 0:
                     ids, attn = batch.input_ids[keep], batch.attention_mask[keep]
@@ -101,9 +113,9 @@ def ppo_update(
                     adv_tok = adv_rows[keep].unsqueeze(1) * kmask
                 else:  # this rank holds none of the mini-batch: it only joins the collectives
                     logp = ent = old = adv_tok = kmask = None
-                    if world.fsdp:  # ... including the sharded layers' gathers (train/fsdp.py)
+                    if world.distributed:  # DDP's all-reduce / FSDP's gathers run in the passes
                         zero_pass(model, batch.input_ids, batch.attention_mask, backward=True)
-                        if use_kl:
+                        if use_kl and world.fsdp:  # the sharded reference model gathers too
                             zero_pass(ref_model, batch.input_ids, batch.attention_mask, backward=False)
                 mod_stats = {}
                 if modulation is not None:
@@ -120,7 +132,7 @@ def ppo_update(
                                 ref_model, ids, attn, temperature, completion_mask=kmask
                             )
                     res = ppo_clip_loss(logp, old, adv_tok, kmask, ppo_cfg, ref_logp=ref_logp, denominator=denom)
-                    res.loss.backward()
+                    res.loss.backward()  # DDP: the gradient buckets are all-reduced meanwhile
                     weight = float(kmask.sum())
                     n_pos = float((kmask.bool() & (adv_tok > 0)).sum())  # β_comp_pos_mean's tokens
                     stats = {**res.stats, **mod_stats}
@@ -130,14 +142,14 @@ def ppo_update(
                     # Mean over PPO epochs (gdro.md: the loss "as computed during the step's update").
                     row_loss[keep.numpy()] += (surrogate / w + res.row_kl.numpy()) / ppo_epochs
                     row_kl[keep.numpy()] += res.row_kl.numpy() / ppo_epochs
-                world.sum_gradients(model)
-                gn = torch.nn.utils.clip_grad_norm_(model.parameters(), grad_clip)
+                # FSDP: the multi-tensor norm (one DTensor dispatch, not one per parameter)
+                gn = torch.nn.utils.clip_grad_norm_(model.parameters(), grad_clip, foreach=True if world.fsdp else None)
                 gn = gn.full_tensor() if hasattr(gn, "full_tensor") else gn  # FSDP: a DTensor
                 optimizer.step()
                 if scheduler is not None:
                     scheduler.step()
                 stats["grad_norm"] = float(gn)
-                stats = world.combine_stats(stats, weight, {"beta_comp_pos_mean": n_pos})
+                per_mb.append((stats, weight, {"beta_comp_pos_mean": n_pos}))
             else:
                 # Nothing to learn from, but the optimizer still steps (Adam moments, decay),
                 # exactly as the full computation with an all-zero gradient would.
@@ -146,10 +158,12 @@ def ppo_update(
                 optimizer.step()
                 if scheduler is not None:
                     scheduler.step()
-                stats = {"grad_norm": 0.0}
-            for k, v in stats.items():
-                if isinstance(v, (int, float)):
-                    collected.setdefault(k, []).append(float(v))
+                per_mb.append(({"grad_norm": 0.0}, None, None))  # the same on every rank
+    # the mini-batches' diagnostics over all ranks: one all-gather for the whole update
+    for stats in combine_over_ranks(world, per_mb, ppo_cfg, use_kl=use_kl, modulation=modulation):
+        for k, v in stats.items():
+            if isinstance(v, (int, float)):
+                collected.setdefault(k, []).append(float(v))
     means = {k: float(np.nanmean(v)) if len(v) else float("nan") for k, v in collected.items()}
     return UpdateResult(row_loss=row_loss, row_kl=row_kl, stats=means)
 
@@ -167,8 +181,5 @@ def _modulation_extent(
         lo, hi = float(h.min()), float(h.max())
         top = float(entropy_change_magnitude(adv_tok, logp.detach(), old, ent.detach(), kmask, ppo_cfg,
                                              delta_h).max())
-    parts = world.gather((lo, hi, top))
-    return {
-        "entropy_range": (min(p[0] for p in parts), max(p[1] for p in parts)),
-        "xi_max": max(p[2] for p in parts),
-    }
+    lo, neg_hi, neg_top = world.reduce([lo, -hi, -top], "min")  # one all-reduce: min, max, max
+    return {"entropy_range": (float(lo), float(-neg_hi)), "xi_max": float(-neg_top)}

@@ -79,3 +79,24 @@ def test_summary_json_feeds_the_cross_paper_summary(results_dir, tmp_path):
     assert len(rows) == 2 * 2 * 2  # arms × {average, pooled} × {mean@4, pass@4}
     vip = next(r for r in rows if r["arm"] == "vip" and r["metric"] == "average mean@4")
     assert vip["significant"] and vip["seeds"] == 3 and vip["ci_low"] < vip["diff"] < vip["ci_high"]
+
+
+def test_holm_counts_a_duplicated_test_once():
+    """Issue 20: with every held-out set of the same size, "pooled" is the very test "average"
+    is, and Holm counted each twice."""
+    import pandas as pd
+
+    from replication.report.tables import add_holm
+
+    base = {"arm": "m", "baseline": "b", "baseline_mean": 0.5, "method_mean": 0.51, "lo": -0.01,
+            "hi": 0.03, "relative": 0.02, "n": 8, "test": "paired", "significant": False, "se": 0.01,
+            "df": 7, "mde": 0.03}
+    rows = [{**base, "set": "average", "metric": "mean@8", "diff": 0.01, "p": 0.04},
+            {**base, "set": "pooled", "metric": "mean@8", "diff": 0.01, "p": 0.04},  # the same test
+            {**base, "set": "average", "metric": "pass@8", "diff": 0.02, "p": 0.01},
+            {**base, "set": "add2-heldout", "metric": "mean@8", "diff": 0.03, "p": 0.30}]
+    out = add_holm(pd.DataFrame(rows))
+    assert (out["family_size"] == 3).all()
+    assert [x if isinstance(x, str) else None for x in out["same_test_as"]] == [None, "average", None, None]
+    assert out.loc[1, "p_holm"] == out.loc[0, "p_holm"] == pytest.approx(0.08)  # 2 x 0.04, not 3 x
+    assert out.loc[2, "p_holm"] == pytest.approx(0.03)

@@ -5,20 +5,16 @@ Each check runs the real CLI in subprocesses — ``python -m replication train``
 ``accelerate launch --config_file configs/accelerate/ddp.yaml --num_processes 2``) for two — with
 one thread per process, so both runs use the same kernels.
 
-Tolerance: 1e-5 (relative, floor 1) on every float of metrics.json, steps.jsonl (timings
-excluded) and prompts.jsonl, and absolute on the final weights. The two runs differ only in
-float summation order (per-rank partial sums then an all-reduce, and the batch padding width of
-each rank's forward pass); counts, successes and sampled tokens are identical.
+Tolerance and helpers: tests/dist_helpers.py. Faults of multi-process runs:
+test_ddp_faults.py; the DDP collectives in-process: test_ddp.py.
 """
 
 from __future__ import annotations
 
 import json
 import os
-import shutil
 import signal
 import subprocess
-import sys
 import time
 from pathlib import Path
 
@@ -27,91 +23,7 @@ import pytest
 
 from replication.train.distributed import RowShard, World, rollout_seeds, split_groups
 
-REPO = Path(__file__).resolve().parents[2]
-TOL = 1e-5
-TIMING = {"step_seconds", "allocator_seconds", "prompt_weights_seconds", "wall_seconds",
-          "generate_seconds", "old_logprob_seconds", "update_seconds", "sync_seconds"}
-
-CASES = {
-    "vip": ["--allocator", "vip", "--estimator", "rloo", "--set", "rollout.lower=3"],
-    "rollout-gdro+prompt-gdro": ["--allocator", "rollout-gdro", "--prompt-weights", "gdro"],
-    "dynamo+modulation": ["--allocator", "dynamo", "--modulation", "dynamo"],
-}
-
-
-def _env() -> dict:
-    env = dict(os.environ)
-    env["PYTHONPATH"] = os.pathsep.join([str(REPO), env.get("PYTHONPATH", "")]).rstrip(os.pathsep)
-    env.update(HF_HUB_OFFLINE="1", DVC_NO_ANALYTICS="1", OMP_NUM_THREADS="1", TOKENIZERS_PARALLELISM="false")
-    for k in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT"):
-        env.pop(k, None)
-    return env
-
-
-def _train_args(small: dict, out: Path, case: str, *extra: str, steps: int = 3) -> list[str]:
-    args = ["train", "--profile", "default", "--seed", "5", "--out", str(out), "--no-progress",
-            "--max-steps", str(steps), *CASES[case]]
-    for k, v in {**small, "model.threads": 1}.items():
-        args += ["--set", f"{k}={json.dumps(v)}"]
-    return args + list(extra)
-
-
-def _free_port() -> int:
-    import socket
-
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def _launcher(nproc: int, how: str = "torchrun") -> list[str]:
-    if nproc == 1:
-        return [sys.executable, "-m", "replication"]
-    if how.startswith("accelerate"):  # "accelerate" (ddp.yaml) or "accelerate-fsdp" (fsdp.yaml)
-        config = "fsdp.yaml" if how == "accelerate-fsdp" else "ddp.yaml"
-        return [shutil.which("accelerate") or str(Path(sys.executable).parent / "accelerate"), "launch",
-                "--config_file", str(REPO / "configs/accelerate" / config), "--num_processes", str(nproc),
-                "--main_process_port", str(_free_port()), "-m", "replication"]
-    return [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", str(nproc),
-            "-m", "replication"]
-
-
-def _run(nproc: int, args: list[str], how: str = "torchrun") -> None:
-    p = subprocess.run(_launcher(nproc, how) + args, env=_env(), capture_output=True, text=True, timeout=600)
-    assert p.returncode == 0, p.stdout[-3000:] + p.stderr[-3000:]
-
-
-def _close(a, b, where: str) -> None:
-    if isinstance(a, dict):
-        assert set(a) == set(b), where
-        for k in a:
-            if k not in TIMING:
-                _close(a[k], b[k], f"{where}.{k}")
-    elif isinstance(a, list):
-        assert len(a) == len(b), where
-        for i, (x, y) in enumerate(zip(a, b)):
-            _close(x, y, f"{where}[{i}]")
-    elif isinstance(a, float) and isinstance(b, float):
-        assert (np.isnan(a) and np.isnan(b)) or abs(a - b) <= TOL * max(1.0, abs(a)), (where, a, b)
-    else:
-        assert a == b, (where, a, b)
-
-
-def _jsonl(path: Path) -> list[dict]:
-    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
-
-
-def _same_run(a: Path, b: Path) -> None:
-    from safetensors.torch import load_file
-
-    _close(json.loads((a / "metrics.json").read_text()), json.loads((b / "metrics.json").read_text()), "metrics")
-    _close(_jsonl(a / "steps.jsonl"), _jsonl(b / "steps.jsonl"), "steps")
-    _close(_jsonl(a / "prompts.jsonl"), _jsonl(b / "prompts.jsonl"), "prompts")
-    wa, wb = load_file(a / "model" / "model.safetensors"), load_file(b / "model" / "model.safetensors")
-    assert set(wa) == set(wb)
-    worst = max(float((wa[k] - wb[k]).abs().max()) for k in wa)
-    assert worst <= TOL, worst
-
+from dist_helpers import CASES, REPO, _env, _jsonl, _launcher, _run, _same_run, _train_args
 
 # ------------------------------------------------------------------------- the pieces, in-process
 def test_split_groups_whole_balanced_deterministic():
@@ -228,7 +140,7 @@ def test_evaluator_counts_each_engine_group_once(monkeypatch):
             return [True] * len(completions)
 
     world = World(rank=1, size=2)
-    monkeypatch.setattr(World, "gather", lambda self, part: [part, part])
+    monkeypatch.setattr(World, "gather_arrays", lambda self, part, lengths=None: [part, part])
     data = SimpleNamespace(ids=["p0", "p1", "p2"], inputs=["x"] * 3, answers=["1"] * 3, sources=["s"] * 3)
     ev = Evaluator(Engine(), {}, Verifier(), SimpleNamespace(), world=world, group_size=2)
     ev.seed = 0
@@ -312,6 +224,16 @@ def test_two_processes_equal_one(small_overrides, tmp_path, case):
     # rank 0 alone wrote the run's files, once each
     assert len(_jsonl(two / "steps.jsonl")) == 3
     assert not list(two.glob("*rank*"))
+    # how each ran is in metrics.json alone (provenance); config.json is the same
+    p1, p2 = (json.loads((d / "metrics.json").read_text())["provenance"] for d in (one, two))
+    assert (p1["world_size"], p1["sharding"]) == (1, "none") and (p2["world_size"], p2["sharding"]) == (2, "ddp")
+    assert (one / "config.json").read_text() == (two / "config.json").read_text()
+    # every rank's per-phase split, rank-indexed, in rank 0's step rows
+    row = _jsonl(two / "steps.jsonl")[-1]
+    for phase in ("generate", "old_logprob", "update", "sync", "wait"):
+        assert len(row[f"rank_{phase}_seconds"]) == 2 and row[f"rank_{phase}_seconds"][0] == row[f"{phase}_seconds"]
+    # comm: the listed figure stops before the gather that carries the lists
+    assert all(t > 0 for t in row["rank_comm_seconds"]) and row["comm_seconds"] > row["rank_comm_seconds"][0]
 
 
 FSDP = ("--set", "model.sharding=fsdp")
