@@ -23,6 +23,7 @@ from replication.analysis.policy_gradient import PromptBatch, rollout_gradient
 from replication.analysis.uniform_checkpoints import train_uniform_checkpoints
 from replication.analysis.variance_statistics import summarise_draws
 from replication.config import TrainConfig, to_dict
+from replication.provenance import run_provenance
 from replication.store import staged_dir, writer_lock
 
 
@@ -94,7 +95,7 @@ def run_grad_variance(cfg: TrainConfig, run_dir: str | Path, out_dir: str | Path
                       extra: dict | None = None) -> pd.DataFrame:
     """Train (or reuse) the uniform run's checkpoints, measure every checkpoint, write
     OUT/gradient_variance.csv (tidy: step, method, metric, value, lo, hi, n_draws) and
-    OUT/gradient_variance.json (the settings).
+    OUT/gradient_variance.json (the settings, and the provenance: ``replication.provenance``).
 
     OUT has one writer (``writer_lock``: a second measurement into it gets one line naming the
     folder and the holder, before any compute) and is complete or absent: written beside its
@@ -110,8 +111,9 @@ def run_grad_variance(cfg: TrainConfig, run_dir: str | Path, out_dir: str | Path
         frames = [measure_checkpoint(cfg, ckpts[s], s, records, gv, log=log, embeddings=embeddings)
                   for s in sorted(gv.steps)]
         df = pd.concat(frames, ignore_index=True)
+        # how it was measured (one process: the measurement draws on one model, not a World)
         settings = {"grad_variance": dataclasses.asdict(gv), "profile": cfg.profile, "train_config": to_dict(cfg),
-                    "run_dir": str(run_dir)}
+                    "run_dir": str(run_dir), "provenance": run_provenance(cfg, None, None)}
         with staged_dir(out_dir, kind=KIND, extra={"steps": sorted(gv.steps), **dict(extra or {})}) as tmp:
             df.to_csv(tmp / "gradient_variance.csv", index=False)
             (tmp / "gradient_variance.json").write_text(json.dumps(settings, indent=1, default=str))

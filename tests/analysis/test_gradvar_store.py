@@ -214,10 +214,17 @@ def test_the_cli_refuses_a_second_writer_of_its_out_folder(tmp_path, capsys):
         holder.wait()
 
 
-def test_settings_json_and_manifest_record_the_measurement(model, tmp_path, stub):
+def test_settings_json_records_the_measurement_and_its_provenance(model, tmp_path, stub):
     _measure(model, tmp_path / "a", tmp_path / "cache")
     settings = json.loads((tmp_path / "a" / "gradient_variance.json").read_text())
     assert settings["grad_variance"]["draws"] == 3 and settings["profile"] == "smoke"
+    prov = settings["provenance"]  # how it ran (issue 19.6)
+    from replication.orchestration.run_cache import code_digest
+
+    assert prov["world_size"] == 1 and prov["sharding"] == "none" and prov["device"] == "cpu"
+    assert prov["engine"] == "hf" and prov["dtype"] and prov["threads"] >= 1
+    assert prov["versions"]["torch"] and prov["code_digest"] == code_digest()
+    assert {"commit", "dirty"} <= set(prov)
 
 
 def test_a_half_copied_checkpoint_folder_is_made_again(tmp_path, monkeypatch):
