@@ -48,8 +48,13 @@ def measure_checkpoint(cfg: TrainConfig, model_path: str | Path, step: int, reco
     budget = q * nbar
     pool = PromptPool(ids=tuple(c.train.ids), texts=tuple(c.train.texts))
 
+    # The policy-gradient term only. With β_KL > 0 (the GDRO arms: 0.001) the trainer adds β·KL
+    # to its reference model, whose gradient is 0 at step 0 and a small regulariser after; the
+    # components built here would take the checkpoint itself as the reference, not the run's base.
+    ppo_cfg = dataclasses.replace(c.ppo_cfg, kl_coef=0.0)
+
     def gradient(counts, gen):
-        return rollout_gradient(c.model, c.engine, prompts, counts, c.verifier, cfg.rl.estimator, c.ppo_cfg,
+        return rollout_gradient(c.model, c.engine, prompts, counts, c.verifier, cfg.rl.estimator, ppo_cfg,
                                 sampling, gen, cfg.rl.reward_positive, cfg.rl.reward_negative)
 
     # true p from separate samples (the oracle's knowledge)

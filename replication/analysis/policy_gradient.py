@@ -36,7 +36,9 @@ def flat_policy_gradient(
     At the sampling policy the ratio is 1, so this is the on-policy policy gradient the first
     PPO step uses. As in train/update.py, rows with a zero advantage are left out of the forward
     pass but their tokens stay in the token-mean denominator (identical gradient). The KL term is
-    not included (its gradient vanishes at the reference policy; none of the default arms uses it).
+    not included: the measurement passes ``kl_coef=0`` (checkpoint_measurement.py; its gradient
+    vanishes at the reference policy, and the GDRO arms' β_KL = 0.001 makes it a small
+    regulariser); a config with ``kl_coef > 0`` here needs ``ref_logp``, which is not computed.
     """
     params = [p for p in model.parameters() if p.requires_grad]
     adv = torch.as_tensor(np.asarray(row_advantages, dtype=np.float32))

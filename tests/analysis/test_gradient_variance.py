@@ -3,6 +3,8 @@ oracle-like allocation on a constructed batch lowers the noise, and the CLI runs
 
 from __future__ import annotations
 
+import json
+
 import numpy as np
 import pandas as pd
 import pytest
@@ -182,8 +184,6 @@ def test_cli_end_to_end(small_overrides, tmp_path, capsys):
     from replication.report.gradient_variance import lab_comparison, load_gradient_variance, \
         plot_gradient_variance, variance_table
 
-    import json
-
     sets = []
     for k, v in small_overrides.items():
         sets += ["--set", f"{k}={json.dumps(v) if isinstance(v, dict) else v}"]
@@ -206,6 +206,22 @@ def test_cli_end_to_end(small_overrides, tmp_path, capsys):
     log = (tmp_path / "run" / "steps.jsonl").read_text()
     assert main(base + ["--methods", "dynamo"] + sets) == 0
     assert (tmp_path / "run" / "steps.jsonl").read_text() == log
+
+
+def test_an_arm_with_a_kl_term_is_measured_on_its_policy_gradient(small_overrides, tmp_path):
+    """GDRO's arms train with β_KL = 0.001 (params.yaml); the measurement leaves the KL term out
+    (no reference log-probs) instead of failing on it."""
+    from replication.__main__ import main
+
+    sets = []
+    for k, v in {**small_overrides, "rl.kl_coef": 0.001}.items():
+        sets += ["--set", f"{k}={json.dumps(v) if isinstance(v, dict) else v}"]
+    rc = main(["grad-variance", "--profile", "default", "--run", str(tmp_path / "run"), "--out", str(tmp_path / "gv"),
+               "--steps", "0", "--draws", "3", "--reference-draws", "3", "--oracle-samples", "4", "--bootstrap", "100",
+               "--methods", "dynamo", *sets])
+    assert rc == 0
+    df = pd.read_csv(tmp_path / "gv" / "gradient_variance.csv")
+    assert set(df["method"]) >= {"uniform", "dynamo"} and np.isfinite(df[df["metric"] == "total_variance"]["value"]).all()
 
 
 def test_cli_rejects_steps_beyond_the_profile(small_overrides, tmp_path, capsys):
