@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import re
 import os
 import sys
 from pathlib import Path
@@ -29,6 +30,35 @@ PARENT_ENV = "REPLICATION_PARENT_PID"
 """Set by the grid: the training subprocess exits when that process dies."""
 
 
+_EXPONENT_FLOAT = re.compile(r"^[+-]?(\d+\.?\d*|\.\d+)[eE][+-]?\d+$")
+
+
+def _numbers(val):
+    """YAML 1.1 reads "6e-5" (no dot) as a string, at any depth; users mean the number."""
+    if isinstance(val, str) and _EXPONENT_FLOAT.match(val):
+        return float(val)
+    if isinstance(val, dict):
+        return {k: _numbers(x) for k, x in val.items()}
+    if isinstance(val, list):
+        return [_numbers(x) for x in val]
+    return val
+
+
+def _parse_value(k: str, v: str):
+    """A --set value: JSON first (what the grid writes; json.dumps(1e-6) is "1e-06", which YAML
+    reads as a string inside {share_floor: 1e-06}), else YAML with exponent floats at any depth."""
+    import yaml
+
+    try:
+        return json.loads(v)
+    except ValueError:
+        pass
+    try:
+        return _numbers(yaml.safe_load(v))
+    except yaml.YAMLError as e:
+        raise ConfigError(f"--set {k}: cannot parse value {v!r} ({yaml_problem(e)})") from None
+
+
 def _overrides(args: argparse.Namespace) -> dict:
     o: dict = {}
     for kv in args.set or []:
@@ -37,18 +67,7 @@ def _overrides(args: argparse.Namespace) -> dict:
         k, v = kv.split("=", 1)
         if not k.strip():
             raise ConfigError(f"--set {kv!r}: empty key")
-        import yaml
-
-        try:
-            val = yaml.safe_load(v)
-        except yaml.YAMLError as e:
-            raise ConfigError(f"--set {k}: cannot parse value {v!r} ({yaml_problem(e)})") from None
-        if isinstance(val, str):  # YAML 1.1 reads "6e-5" as a string; users mean the number
-            try:
-                val = float(val)
-            except ValueError:
-                pass
-        o[k] = val
+        o[k] = _parse_value(k, v)
     if getattr(args, "allocator", None):
         o["allocator.name"] = args.allocator
     if getattr(args, "estimator", None):

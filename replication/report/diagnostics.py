@@ -63,8 +63,10 @@ def issue10_diagnostics(steps: pd.DataFrame, prompts: pd.DataFrame, eval_df: pd.
     rv = revisit_share(prompts, baseline)
     rows.append(_row("prompt visits to prompts seen before", baseline, f"{rv.mean():.0%} (seeds {rv.min():.0%}–"
                      f"{rv.max():.0%})", "≥ 50 %", rv.mean() >= 0.5))
-    cur = training_curves(steps[steps["arm"] == baseline], window)
-    tr = cur.groupby("seed")["smooth"].agg(lambda s: s.iloc[-1] - s.iloc[min(window, len(s)) - 1])
+    base_steps = steps[steps["arm"] == baseline]
+    window = int(min(window, base_steps.groupby("seed").size().min()))  # short runs: their length
+    cur = training_curves(base_steps, window)
+    tr = cur.groupby("seed")["smooth"].agg(lambda s: s.iloc[-1] - s.iloc[window - 1])  # last − first full window
     rows.append(_row("memorisation check: held-out gain beside training-score gain", baseline,
                      f"held-out {100 * g.diff:+.1f} pts, training {100 * tr.mean():+.1f} pts",
                      "held-out gain ≥ 0", g.diff >= 0))

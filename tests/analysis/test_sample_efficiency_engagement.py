@@ -128,3 +128,10 @@ def test_censored_seeds_are_counted_not_dropped():
     assert km_median([100, 200], [1000, 1000]) == pytest.approx(200)
     assert np.isnan(km_median([100], [1000, 1000, 1000]))  # fewer than half reach it
     assert km_median([100, 200, 300, 400], []) == pytest.approx(200)  # no censoring: the lower median
+
+
+def test_runs_shorter_than_the_window_use_their_length(logs):
+    steps, ev = logs
+    short = steps[steps["step"] < 5]
+    tab = sample_efficiency(short, ev, baseline="base", window=20)
+    assert tab.attrs["window"] == 5 and np.isfinite(tab.attrs["train_target"])
