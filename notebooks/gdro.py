@@ -176,7 +176,7 @@ issue10 = diagnostics.mechanism_report(pr, "GRPO", prompt_gdro="Prompt-GDRO", ro
 
 # %%
 from replication.report import gdro_signal
-signal_df = gdro_signal.signal_table(pr.prompts, ["Prompt-GDRO", "Prompt-GDRO-code"])
+signal_df = gdro_signal.signal_table(pr.prompts, ["Prompt-GDRO", "Prompt-GDRO-code"], runs=pr.runs)  # each arm under its own options
 display(signal_df)
 print(gdro_signal.signal_conclusion(signal_df))
 
