@@ -15,6 +15,11 @@ from typing import Any
 
 from replication.config import ConfigError, available_profiles, load_profile, load_yaml_file
 
+RESULTS = Path("results")
+"""Where the published default's outputs live (only profile ``PUBLISHED_PROFILE`` writes there)."""
+PUBLISHED_PROFILE = "default"
+
+
 PAPER_STAGES = ("vip", "dynamo", "gdro")
 STAGES = ("base", *PAPER_STAGES, "report")
 SECTION_KEYS = {"seeds", "main", "run", "steps", "baseline", "base", "arms"}
@@ -51,7 +56,7 @@ def validate_section(params: dict, section: str, path: str | Path = "params.yaml
     unknown = sorted(set(sec) - SECTION_KEYS)
     if unknown:
         raise ConfigError(f"{path}: {section}.{unknown[0]}: unknown key; allowed: {sorted(SECTION_KEYS)}")
-    from replication.orchestration.arms import _slug, check_seeds
+    from replication.arms import _slug, check_seeds
 
     check_seeds(sec.get("seeds"), f"{path}: {section}.seeds")
     arms = sec.get("arms")
@@ -92,7 +97,7 @@ def validate_section(params: dict, section: str, path: str | Path = "params.yaml
     if steps is not None and (isinstance(steps, bool) or not isinstance(steps, int) or steps < 1):
         raise ConfigError(f"{path}: {section}.steps: must be null or an integer >= 1, got {steps!r}")
     # resolve every run of the grid exactly as run_grid will
-    from replication.orchestration.arms import select_arms
+    from replication.arms import select_arms
 
     picked, picked_seeds = select_arms({**sec, "profile": profile, "workers": params.get("workers", 2)})
     for arm in picked:

@@ -166,7 +166,7 @@ def test_missing_datasets_package_gives_install_hint(monkeypatch):
         return real_import(name, *args, **kwargs)
 
     monkeypatch.setattr(builtins, "__import__", no_datasets)
-    with pytest.raises(ImportError, match=r"replication\[math\]"):
+    with pytest.raises(ImportError, match=r"pip install -e '\.\[math\]'"):
         math_hub._require_datasets("x")
 
 

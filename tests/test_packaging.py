@@ -143,7 +143,7 @@ def _readme_commands() -> list[str]:
 
 def test_readme_has_two_set_up_and_go_commands_and_ci_runs_the_tests_one():
     main_job, tests = _readme_commands()  # exactly two
-    assert main_job.endswith("&& dvc repro") and "torch==2.13.0" in main_job and "[pipeline" in main_job
+    assert main_job.endswith(("&& dvc repro", "&& dvc repro --quiet")) and "torch==2.13.0" in main_job and "[pipeline" in main_job
     assert tests.endswith("python -m pytest -q -n 2")
     ci = [line.split(".venv/bin/", 1)[1] for line in (ROOT / ".ci" / "run").read_text().splitlines()
           if line.startswith(".venv/bin/") and "--upgrade pip" not in line]

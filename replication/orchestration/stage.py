@@ -29,13 +29,10 @@ import threading
 from pathlib import Path
 
 from replication.config import ConfigError, load_profile
-from replication.orchestration.workspace import PUBLISHED_PROFILE, RESULTS, WORKSPACE, committed_params, stage_marker
+from replication.orchestration.workspace import (LOCK_ENV, PRODUCTS_ENV, PUBLISHED_PROFILE, RESULTS, WORKSPACE,
+                                                 committed_params, stage_marker)
 from replication.stage_params import PAPER_STAGES, STAGES, load_params, validate_stage
 
-PRODUCTS_ENV = "REPLICATION_STAGE_PRODUCTS"
-"""Set by a paper stage for its notebook: the temporary folder the notebook writes its products to."""
-LOCK_ENV = "REPLICATION_STAGE_LOCK"
-"""Set by a paper stage: the output folder whose writer lock the stage holds for its notebook."""
 CLEARED = ("tables", "figures", "summary.json")
 """Products replaced as a whole on success (a table or figure no longer made does not linger)."""
 FAILED = WORKSPACE / "failed"

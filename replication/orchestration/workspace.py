@@ -23,10 +23,13 @@ from pathlib import Path
 from typing import Any
 
 from replication.config import ConfigError
+from replication.stage_params import PUBLISHED_PROFILE, RESULTS  # noqa: F401 (re-exported)
 
-RESULTS = Path("results")
 WORKSPACE = Path("workspace")
-PUBLISHED_PROFILE = "default"
+PRODUCTS_ENV = "REPLICATION_STAGE_PRODUCTS"
+"""Set by the stage runner: the temporary folder a paper notebook writes its products into."""
+LOCK_ENV = "REPLICATION_STAGE_LOCK"
+"""Set by the stage runner: the destination whose writer lock the stage already holds."""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -121,7 +124,6 @@ def claim_output(section: str, place: Place, out_root: str | Path | None = None)
     figures, summary) go to the stage's temporary folder, swapped in when the notebook succeeds."""
     import os
 
-    from replication.orchestration.stage import LOCK_ENV, PRODUCTS_ENV
     from replication.store import hold_writer_lock
 
     root = place.root if out_root is None else Path(out_root)

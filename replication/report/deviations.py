@@ -74,7 +74,7 @@ def resolved_arms(paper: str, profile: str, params_file: str | Path = "params.ya
     """Every arm of the paper's section (all of ``arms``, not only ``run``) resolved under
     ``profile`` as the grid would train it: {arm name: config dict}."""
     from replication.config import load_profile, to_dict
-    from replication.orchestration.arms import select_arms
+    from replication.arms import select_arms
     from replication.stage_params import load_params
 
     params = load_params(params_file)

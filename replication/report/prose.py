@@ -74,7 +74,7 @@ def headline(root: Path) -> str:
 @block("baseline-gains")
 def baseline_gains(root: Path) -> str:
     """What RL does to each paper's baseline: held-out after − before, paired over seeds."""
-    from replication.orchestration.arms import _slug
+    from replication.arms import _slug
     from replication.report.diagnostics import heldout_gain
     from replication.report.runs import load_eval
 

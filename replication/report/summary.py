@@ -34,7 +34,7 @@ def check_published(results: str | Path, beside: str | Path | None = None) -> No
     """The README's results block shows only the published default: results/ itself, every paper
     of profile ``default``. Anything else (a trial's workspace, a quick run) is refused, one line."""
     from replication.config import ConfigError
-    from replication.orchestration.workspace import PUBLISHED_PROFILE, RESULTS
+    from replication.stage_params import PUBLISHED_PROFILE, RESULTS
 
     if beside is not None:
         raise ConfigError(f"--readme with --beside {beside}: the README shows only the published results/")

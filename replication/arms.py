@@ -1,0 +1,88 @@
+"""A paper's arms: names, their config overrides, and which of them (and which seeds) a run
+trains. Shared by the grid (``orchestration.grid``) and the stage validator
+(``replication.stage_params``), so neither imports the other."""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any
+
+from replication.config import ConfigError
+
+QUICK_PROFILE = "quick"
+
+GRADVAR_DRAWS = 30
+"""Rollout sets per allocator and checkpoint in a notebook's gradient-variance section (issue 10:
+at least 30), each on the profile's full batch of Q prompts."""
+QUICK_GRADVAR = {"draws": 6, "reference_draws": 6, "prompts": 16}
+"""The quick profile's first look at the same section: 6 sets of 16 prompts, at the first and the
+last step only (about 1/30 of the cost); its ratios carry wide CIs and are not the issue-10
+measurement (3 checkpoints × 30 sets)."""
+
+
+def gradvar_settings(profile: str, draws: int | None = None) -> dict:
+    """GradVarConfig keyword arguments of a paper notebook's gradient-variance section:
+    ``GRADVAR_DRAWS`` sets per allocator (and as many reference sets) on the full batch, or
+    ``QUICK_GRADVAR`` under the quick profile. ``draws`` (the notebook parameter) overrides the
+    number of sets, reference sets included. Under quick the checkpoints are the first and the
+    last step (the default: 0, a third and all of the profile's steps)."""
+    if profile == QUICK_PROFILE:
+        from replication.config import load_profile
+
+        settings = {**QUICK_GRADVAR, "steps": (0, load_profile(profile).steps)}
+    else:
+        settings = {"draws": GRADVAR_DRAWS, "reference_draws": GRADVAR_DRAWS}
+    if draws is not None:
+        if int(draws) < 2:
+            raise ConfigError(f"gradvar_draws: need at least 2 rollout sets for a variance, got {draws}")
+        settings.update(draws=int(draws), reference_draws=int(draws))
+    return settings
+
+
+@dataclasses.dataclass(frozen=True)
+class Arm:
+    name: str
+    """Display name, e.g. 'RLOO+VIP'."""
+    overrides: dict
+    """Config overrides with dotted keys, e.g. {'allocator.name': 'vip', 'rl.estimator': 'rloo'}."""
+
+
+def check_seeds(seeds: Any, key: str) -> list[int]:
+    """``seeds`` if it is a non-empty list of distinct integers in [0, 2**32), else a ConfigError
+    naming ``key``: a repeated seed is one run counted twice (n = 2, "± 0.0")."""
+    if not isinstance(seeds, (list, tuple)) or not seeds:
+        raise ConfigError(f"{key}: must be a non-empty list of integers, got {seeds!r}")
+    for s in seeds:
+        if isinstance(s, bool) or not isinstance(s, int) or not 0 <= s < 2**32:
+            raise ConfigError(f"{key}: {s!r} is not an integer in [0, 2**32)")
+    repeated = sorted({s for s in seeds if list(seeds).count(s) > 1})
+    if repeated:
+        raise ConfigError(f"{key}: duplicate seeds {repeated} in {list(seeds)}; each seed is one run, "
+                          f"a repeat would count it twice")
+    return list(seeds)
+
+
+def _slug(name: str) -> str:
+    return "".join(ch if ch.isalnum() or ch in "-_" else "_" for ch in name).strip("_")
+
+
+def select_arms(sec: dict, overrides: dict | None = None, seeds: list[int] | None = None,
+                arms: list[str] | None = None) -> tuple[list[Arm], list[int]]:
+    """Arms (base overrides + the arm's own + ``overrides``) and seeds; the quick profile keeps
+    one seed and the section's ``main`` arms; otherwise the section's ``run`` arms (all ``arms`` when
+    ``run`` is absent or null). ``seeds``/``arms`` replace the section's choice."""
+    names = list(sec.get("run") or sec["arms"])  # `run`: the arms a default run trains
+    chosen = [int(s) for s in sec["seeds"]]
+    if sec["profile"] == QUICK_PROFILE:
+        names = [n for n in names if n in set(sec.get("main", names))]
+        chosen = chosen[:1]
+    if arms is not None:
+        unknown = [a for a in arms if a not in sec["arms"]]
+        if unknown:
+            raise ConfigError(f"arms: unknown arm {unknown[0]!r}; known: {list(sec['arms'])}")
+        names = list(arms)
+    if seeds is not None:
+        chosen = check_seeds([int(s) for s in seeds], "seeds")
+    base = dict(sec.get("base") or {})
+    extra = dict(overrides or {})
+    return [Arm(n, {**base, **(sec["arms"][n] or {}), **extra}) for n in names], chosen
