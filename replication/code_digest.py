@@ -45,3 +45,14 @@ def code_digest(root: str | Path | None = None, *, include: Sequence[str] | None
         h.update(b"\0")
         h.update(f.read_bytes())
     return h.hexdigest()[:16]
+
+
+NOT_TRAINING = ("report", "orchestration", "analysis")
+"""Sub-packages that never run inside ``train``: they read finished runs, schedule them, or
+measure gradients outside training, so editing them does not invalidate a trained run."""
+
+
+def training_code_digest(root: str | Path | None = None) -> str:
+    """The digest of the code a training run executes: every ``*.py`` of the package except
+    ``NOT_TRAINING`` (the run cache's key, and every run's provenance)."""
+    return code_digest(root if root is not None else PACKAGE, exclude=NOT_TRAINING)

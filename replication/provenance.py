@@ -64,7 +64,7 @@ def run_provenance(cfg: Any, world: Any, engine: Any) -> dict[str, Any]:
     run's rollout engine (None when there is none, e.g. a measurement)."""
     import torch
 
-    from replication.orchestration.run_cache import code_digest
+    from replication.code_digest import training_code_digest as code_digest  # never report/ (pandas)
 
     size = int(getattr(world, "size", 1) or 1)
     sharding = getattr(world, "sharding", None) or "none"

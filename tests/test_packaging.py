@@ -135,6 +135,20 @@ def test_report_reads_results_and_never_trains():
     assert not trains, trains
 
 
+def test_training_never_reaches_report_or_orchestration():
+    """A training run imports neither the reports (pandas, seaborn: absent from the vLLM venv)
+    nor the grid that schedules it (found by the real-vLLM test: provenance imported the run cache)."""
+    graph = _import_graph()
+    seen, todo = set(), [m for m in graph if m.startswith("replication.train")]
+    while todo:
+        m = todo.pop()
+        if m not in seen:
+            seen.add(m)
+            todo.extend(graph[m])
+    bad = sorted(m for m in seen if m.startswith(("replication.report", "replication.orchestration")))
+    assert not bad, bad
+
+
 def _readme_commands() -> list[str]:
     text = (ROOT / "README.md").read_text()
     blocks = text.split("```bash\n")[1:]

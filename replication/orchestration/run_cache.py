@@ -28,7 +28,7 @@ import sys
 import warnings
 from pathlib import Path
 
-from replication.code_digest import code_digest as _code_digest
+from replication.code_digest import NOT_TRAINING, training_code_digest
 from replication.config import load_profile, to_dict
 from replication.interrupts import GridInterrupted, RunGuard
 from replication.report.run_evidence import EXPORT_KIND, read_json, verify_run
@@ -59,15 +59,13 @@ def _model_digest(path: Path) -> str:
 
 
 PACKAGE = Path(__file__).resolve().parents[1]
-"""The ``replication`` package folder whose sources ``code_digest`` hashes."""
-NOT_TRAINING = ("report", "orchestration", "analysis")
-"""Sub-packages that never run inside ``train`` (module docstring): left out of the code digest."""
+"""The ``replication`` package folder whose sources ``code_digest`` hashes (``NOT_TRAINING`` left out)."""
 
 
 def code_digest(root: str | Path | None = None) -> str:
     """Digest (16 hex) of every ``*.py`` under ``root`` (the package by default), sub-packages in
     ``NOT_TRAINING`` excluded, in sorted path order (``replication.code_digest``)."""
-    return _code_digest(root if root is not None else PACKAGE, exclude=NOT_TRAINING)
+    return training_code_digest(root if root is not None else PACKAGE)
 
 
 def run_key(profile: str, overrides: dict, seed: int, steps: int | None) -> tuple[str, dict]:
