@@ -9,13 +9,19 @@ MAE on seen / unseen / all prompts (replication.report.predictor_study). Example
 With ``--encoder results/encoder`` the prompts are embedded once with the paper's encoder
 (all-MiniLM-L6-v2, the `encoder` stage's folder) instead of the offline hashed TF-IDF;
 ``--references`` first prints the moving average's MAE (seen) and the constant's (its unseen).
+``--out FILE`` also writes every printed row, the records' run (its config.json's seed, arm
+settings and task mix when the records sit in a run folder) and the command into one JSON file,
+written whole (replication.store.write_atomic): the evidence behind docs/regime.md's generated
+block on the GP choice (replication.report.prose_regime).
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import sys
 import time
+from pathlib import Path
 
 import pandas as pd
 
@@ -31,7 +37,14 @@ def main() -> None:
                     help="sentence-transformers model folder (e.g. results/encoder); default: hashed TF-IDF")
     ap.add_argument("--references", action="store_true",
                     help="first print the moving average's MAE (its unseen MAE is the constant predictor's)")
+    ap.add_argument("--out", type=Path, default=None, help="also write the rows and their provenance to this JSON file")
     args = ap.parse_args()
+    rows: list[dict] = []
+
+    def emit(row: dict) -> None:
+        rows.append(row)
+        print(json.dumps(row), flush=True)
+
     settings = json.loads(args.settings)
     texts = pipeline.prompt_texts(args.profile)
     rec = pd.read_json(args.records, lines=True)
@@ -45,16 +58,25 @@ def main() -> None:
     if args.references:
         rep = predictor_study.replay_predictors(rec, texts, predictors=("moving-average",))
         m = predictor_study.mae_summary(rep).set_index(["predictor", "subset"])["mae"]
-        print(json.dumps({"setting": "moving-average (unseen = constant)",
-                          **{k: round(float(m[("moving-average", k)]), 4) for k in ("seen", "unseen", "all")
-                             if ("moving-average", k) in m}}), flush=True)
+        emit({"setting": "moving-average (unseen = constant)", "reference": True,
+              **{k: round(float(m[("moving-average", k)]), 4) for k in ("seen", "unseen", "all")
+                 if ("moving-average", k) in m}})
     for name, opts in settings.items():
         t = time.time()
         rep = predictor_study.replay_predictors(rec, None if embeddings else texts, embeddings=embeddings,
                                                 predictors=("gp",), predictor_options={"gp": opts})
         m = predictor_study.mae_summary(rep).set_index(["predictor", "subset"])["mae"]
         row = {k: round(float(m[("gp", k)]), 4) for k in ("seen", "unseen", "all") if ("gp", k) in m}
-        print(json.dumps({"setting": name, **row, "seconds": round(time.time() - t)}), flush=True)
+        emit({"setting": name, "options": opts, **row, "seconds": round(time.time() - t)})
+    if args.out is not None:
+        from replication.store import write_atomic
+
+        run_dir = Path(args.records).parent
+        config = json.loads((run_dir / "config.json").read_text()) if (run_dir / "config.json").is_file() else {}
+        write_atomic(args.out, json.dumps({
+            "records": str(args.records), "seed": config.get("seed"), "profile": args.profile,
+            "run": {k: config.get(k) for k in ("rollout", "rl", "allocator", "task") if k in config},
+            "encoder": args.encoder, "command": " ".join(["python", *sys.argv]), "rows": rows}, indent=1) + "\n")
 
 
 if __name__ == "__main__":

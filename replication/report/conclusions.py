@@ -86,6 +86,40 @@ def significant_after_holm(cmp_df: pd.DataFrame) -> str:
     return "\n".join(lines)
 
 
+def upper_bound_conclusion(cmp_df: pd.DataFrame, method: str = "RLOO+VIP", oracle: str = "RLOO+VIP-oracle",
+                           set_name: str = "average", metric: str = "mean@8") -> str:
+    """Why a VIP null (issue 20's last question): read the method and its upper bound (the same
+    allocation on a probe's p) against the same baseline. By rule, on ``set_name`` ``metric``:
+    - the bound significantly better after Holm and the method not → prediction is what limits VIP;
+    - the bound within noise → allocation itself moves the metric by less than the bound's MDE here,
+      so better prediction cannot rescue VIP in this regime;
+    - the bound significantly worse → VIP's objective (gradient variance) is the wrong target here."""
+    if cmp_df is None or cmp_df.empty:
+        return ""
+    part = cmp_df[(cmp_df["set"] == set_name) & (cmp_df["metric"] == metric)].set_index("arm")
+    if method not in part.index or oracle not in part.index:
+        return ""
+    m, o = part.loc[method], part.loc[oracle]
+    mde = 100 * float(o["mde"]) if "mde" in o and np.isfinite(o["mde"]) else float("nan")
+    head = (f"The upper bound ({oracle}: VIP's allocation on p estimated by a probe of the current policy, "
+            f"outside the budget): {set_name} {metric} {o['text']}; {method}: {m['text']}.")
+    if _sig(o) and o["diff"] > 0:
+        if _sig(m) and m["diff"] > 0:
+            why = ("Both beat the baseline after Holm: the allocation pays here, and the GP's predictions "
+                   "recover part of it.")
+        else:
+            why = ("With the true p the allocation beats the baseline after Holm, while with the GP's predictions "
+                   "it does not: prediction, not the allocation rule, is what limits VIP here.")
+    elif _sig(o) and o["diff"] < 0:
+        why = ("Even with the true p the allocation is significantly worse than uniform: minimising the "
+               "gradient variance is the wrong target for held-out accuracy in this regime.")
+    else:
+        why = (f"Even told p, the allocation does not move {metric} beyond noise (MDE {_pct(mde)} pts): in "
+               f"this regime allocation itself cannot change the result by more than about {_pct(mde)} pts, so "
+               f"better prediction could not rescue {method}.")
+    return head + "\n\n" + why
+
+
 def baseline_moves(eval_df: pd.DataFrame, baselines: list[str], sets: tuple[str, ...] = ("average",)) -> str:
     """What training does to the baselines themselves (issue 20.4): for every metric, held-out
     after − before paired over seeds; every metric whose 95 % CI excludes 0 is listed, falls
@@ -182,13 +216,17 @@ def lab_conclusion(summary: pd.DataFrame, variance_metric: str = "variance_rloo_
     return "\n".join(lines)
 
 
-def predictor_conclusion(mae: pd.DataFrame) -> str:
-    """VIP's predictor study (predictor_study.mae_summary): GP vs the per-prompt moving average."""
+def predictor_conclusion(mae: pd.DataFrame, paired: pd.DataFrame | None = None) -> str:
+    """VIP's predictor study (predictor_study.seed_mean_summary, or mae_summary of one run): GP vs
+    the per-prompt moving average; with ``paired`` (predictor_study.paired_mae) the difference
+    carries its CI over seeds."""
     if mae is None or mae.empty:
         return "No predictor study."
     t = mae.pivot(index="predictor", columns="subset", values="mae")
+    seeds = int(mae["seeds"].max()) if "seeds" in mae.columns else 1
+    over = f"mean over {seeds} seeds' uniform RLOO runs" if seeds > 1 else "replayed on a uniform run"
     lines = ["Predictor study (VIP Fig. 3 analogue; MAE of the predicted success probability against the "
-             "observed k/n, replayed on a uniform run):"]
+             f"observed k/n, {over}):"]
     for name in t.index:
         lines.append("- " + name + ": " + ", ".join(f"{s} {t.at[name, s]:.3f}" for s in t.columns
                                                      if np.isfinite(t.at[name, s])) + ".")
@@ -203,6 +241,13 @@ def predictor_conclusion(mae: pd.DataFrame) -> str:
         if "unseen" in t.columns and np.isfinite(t.at["gp", "unseen"]):
             lines[-1] += (f" On prompts never seen before: GP {t.at['gp', 'unseen']:.3f}, moving average "
                           f"{t.at['moving-average', 'unseen']:.3f}.")
+    if paired is not None and not paired.empty:
+        parts = []
+        for r in paired.itertuples():
+            verdict = ("GP better" if r.hi < 0 else "moving average better" if r.lo > 0 else "no difference shown")
+            parts.append(f"{r.subset} {r.diff:+.4f} [{r.lo:+.4f}, {r.hi:+.4f}] ({verdict})")
+        lines.append(f"GP − moving average, paired over {int(paired['n'].max())} seeds (95 % t CI): "
+                     + "; ".join(parts) + ".")
     return "\n".join(lines)
 
 
@@ -254,18 +299,19 @@ def wse_conclusion(reduction: pd.DataFrame) -> str:
             f"{', '.join(parts)}; the GDRO paper reports {paper} % (1.7B / 4B / 8B).")
 
 
-def _predictor_from_tables(comparisons: pd.DataFrame | None) -> pd.DataFrame | None:
-    """The VIP notebook writes predictor_study.csv before the conclusions; pipeline.comparisons
-    records where (``attrs["tables"]``)."""
+def _predictor_from_tables(comparisons: pd.DataFrame | None, name: str = "predictor_study") -> pd.DataFrame | None:
+    """The VIP notebook writes predictor_study.csv (and predictor_vs_reference.csv) before the
+    conclusions; pipeline.comparisons records where (``attrs["tables"]``)."""
     if comparisons is None or comparisons.attrs.get("paper") != "vip":
         return None
-    path = Path(comparisons.attrs.get("tables", "")) / "predictor_study.csv"
+    path = Path(comparisons.attrs.get("tables", "")) / f"{name}.csv"
     return pd.read_csv(path) if path.is_file() else None
 
 
 def conclusions(*, comparisons: pd.DataFrame | None = None, runs: pd.DataFrame | None = None,
                 lab: pd.DataFrame | None = None, paper: pd.DataFrame | None = None,
                 wse: pd.DataFrame | None = None, predictor: pd.DataFrame | None = None,
+                predictor_paired: pd.DataFrame | None = None,
                 gdro_signal: pd.DataFrame | None = None, rollout_gdro_signal: pd.DataFrame | None = None,
                 set_name: str = "average", evals: pd.DataFrame | None = None) -> str:
     """All available paragraphs, Markdown, in a fixed order. For VIP the predictor study is
@@ -273,11 +319,14 @@ def conclusions(*, comparisons: pd.DataFrame | None = None, runs: pd.DataFrame |
     (the held-out frame) the baselines' own before → after moves are listed (issue 20.4)."""
     if predictor is None:
         predictor = _predictor_from_tables(comparisons)
+    if predictor_paired is None:
+        predictor_paired = _predictor_from_tables(comparisons, "predictor_vs_reference")
     out = []
     if comparisons is not None:
         out.append(arm_conclusions(comparisons, set_name))
         if not comparisons.empty:
             out.append(significant_after_holm(comparisons))
+            out.append(upper_bound_conclusion(comparisons))
             if evals is not None:
                 out.append(baseline_moves(evals, list(comparisons["baseline"])))
     if paper is not None:
@@ -293,7 +342,7 @@ def conclusions(*, comparisons: pd.DataFrame | None = None, runs: pd.DataFrame |
     if runs is not None:
         out.append(overhead_conclusion(runs))
     if predictor is not None:
-        out.append(predictor_conclusion(predictor))
+        out.append(predictor_conclusion(predictor, predictor_paired))
     if lab is not None:
         out.append(lab_conclusion(lab))
-    return "\n\n".join(out) + "\n"
+    return "\n\n".join(o for o in out if o) + "\n"

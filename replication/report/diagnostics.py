@@ -7,7 +7,8 @@ Targets (issue 10; chosen so that the small-scale runs test the mechanisms, not 
   falling (memorisation check: held-out gain ≥ 0, printed beside the training-score gain);
 - VIP: the GP's next-step MAE on seen prompts ≤ the per-prompt moving average's, and on unseen
   prompts < the constant predictor's (the mean of everything seen so far, which is what the
-  moving average predicts for an unseen prompt) — from report/predictor_study.py's mae_summary;
+  moving average predicts for an unseen prompt) — from report/predictor_study.py's mae_summary
+  (over seeds: seed_mean_summary, with the paired difference and its CI from paired_mae);
   ≥ 30 % of the VIP arm's prompt-steps get n ≠ n̄;
 - GDRO: Prompt-GDRO's per-step max/min weight has median ≥ 1.2; Rollout-GDRO departs from
   uniform in ≥ 50 % of steps;
@@ -52,6 +53,7 @@ def _row(diagnostic: str, arm: str, value: str, target: str, ok: bool | None) ->
 def issue10_diagnostics(steps: pd.DataFrame, prompts: pd.DataFrame, eval_df: pd.DataFrame, baseline: str, *,
                         vip: str | None = None, prompt_gdro: str | None = None, rollout_gdro: str | None = None,
                         dynamo: str | None = None, predictor_mae: pd.DataFrame | None = None,
+                        predictor_paired: pd.DataFrame | None = None,
                         metric: str = "mean@8", set_name: str = "average", window: int = 20) -> pd.DataFrame:
     """One row per target: diagnostic, arm, value, target, pass. Arms left as None are skipped
     (each paper's notebook passes its own)."""
@@ -81,8 +83,13 @@ def issue10_diagnostics(steps: pd.DataFrame, prompts: pd.DataFrame, eval_df: pd.
                     rows.append(_row(f"VIP GP next-step MAE, {label}", vip, f"no {subset} prompts in the replay",
                                      target, None))
                 else:
-                    rows.append(_row(f"VIP GP next-step MAE, {label}", vip, f"{gp:.3f} vs {ref:.3f}", target,
-                                     better(gp, ref)))
+                    value = f"{gp:.3f} vs {ref:.3f}"
+                    pc = (predictor_paired[predictor_paired["subset"] == subset]
+                          if predictor_paired is not None else pd.DataFrame())
+                    if not pc.empty:  # the difference with its CI over seeds (issue 20.5)
+                        r = pc.iloc[0]
+                        value += f", difference {r['diff']:+.4f} [{r['lo']:+.4f}, {r['hi']:+.4f}] (n={int(r['n'])})"
+                    rows.append(_row(f"VIP GP next-step MAE, {label}", vip, value, target, better(gp, ref)))
         else:
             rows.append(_row("VIP GP next-step MAE", vip, "not computed (pass predictor_mae)", "", None))
         e = engagement(steps[steps["arm"] == vip], prompts[prompts["arm"] == vip])
@@ -126,7 +133,8 @@ def mean_at_k(eval_df: pd.DataFrame) -> str:
 
 def mechanism_report(pr, baseline: str, *, vip: str | None = None, prompt_gdro: str | None = None,
                      rollout_gdro: str | None = None, dynamo: str | None = None,
-                     predictor_mae: pd.DataFrame | None = None, window: int = 20,
+                     predictor_mae: pd.DataFrame | None = None,
+                     predictor_paired: pd.DataFrame | None = None, window: int = 20,
                      show=print) -> dict[str, pd.DataFrame]:
     """What each paper notebook prints for issue 10 (points 1 and 4) from a PaperRun (``pr``:
     steps, prompts, ev, tables): when each mechanism engages, sample efficiency against
@@ -150,7 +158,8 @@ def mechanism_report(pr, baseline: str, *, vip: str | None = None, prompt_gdro: 
     show("\nSample efficiency: rollouts to the baseline's final scores (mean [95 % CI] over the seeds that reach it)")
     show(describe_sample_efficiency(se))
     diag = issue10_diagnostics(pr.steps, pr.prompts, pr.ev, baseline, metric=metric, window=window,
-                               predictor_mae=predictor_mae if arms["vip"] else None, **arms)
+                               predictor_mae=predictor_mae if arms["vip"] else None,
+                               predictor_paired=predictor_paired if arms["vip"] else None, **arms)
     show("\nRegime diagnostics (issue 10): is the small-scale setting a fair test of the mechanism?")
     show(format_diagnostics(diag))
     se_cols = [c for c in se.columns if not c.endswith(("_mean", "_lo", "_hi", "_median")) and c != "censored"]

@@ -15,7 +15,9 @@ Embeddings come from the prompt texts (the caller passes id → text; embedded o
 ``embedder``, default the offline hashed TF-IDF) or are passed precomputed (id → vector).
 
 MAE is reported per step for prompts seen in an earlier step ("seen"), never seen ("unseen") and
-all together.
+all together. Over several seeds (``replay_seeds``) each seed's run is replayed on its own, the
+prompts are embedded once, and ``paired_mae`` tests the GP against the moving average over seeds
+(paired t, stats.compare) — the check issue 20.5 asks to carry a CI over seeds.
 """
 
 from __future__ import annotations
@@ -114,6 +116,60 @@ def replay_predictors(prompts: pd.DataFrame, texts: Mapping | None = None, *,
             model.observe(rows, k, n)
         seen[rows] = True
     return pd.concat(out, ignore_index=True)
+
+
+def replay_seeds(prompts: pd.DataFrame, texts: Mapping | None, seeds: Sequence[int], *,
+                 embeddings: Mapping | None = None,
+                 predictors: Sequence[str] = DEFAULT_PREDICTORS,
+                 predictor_options: Mapping[str, Mapping] | None = None,
+                 embedder: str = "hashed-tfidf", embedder_options: Mapping | None = None,
+                 max_steps: int | None = None) -> pd.DataFrame:
+    """``replay_predictors`` on each seed's run (``prompts`` holds one arm, several seeds), the
+    prompts embedded once for all seeds; the rows carry ``seed``. A seed without records is an
+    error naming it."""
+    missing = [s for s in seeds if not (prompts["seed"] == s).any()]
+    if missing:
+        raise ValueError(f"no records for seed(s) {missing} (records hold {sorted(prompts['seed'].unique())})")
+    recs = prompts[prompts["seed"].isin(list(seeds)) & (prompts["n"] > 0)]
+    if embeddings is None and any(name in ("gp", "ridge") for name in predictors):
+        ids = list(dict.fromkeys(recs["prompt_id"].tolist()))
+        embeddings = dict(zip(ids, _embeddings(ids, texts, None, embedder, embedder_options)))
+    return pd.concat([replay_predictors(recs[recs["seed"] == s], texts, embeddings=embeddings,
+                                        predictors=predictors, predictor_options=predictor_options,
+                                        max_steps=max_steps).assign(seed=s) for s in seeds],
+                     ignore_index=True)
+
+
+def mae_by_seed(replays: pd.DataFrame, from_step: int = 1) -> pd.DataFrame:
+    """``mae_summary`` of each seed's replay (``replay_seeds``): seed, predictor, subset, mae, count."""
+    return pd.concat([mae_summary(g, from_step).assign(seed=s) for s, g in replays.groupby("seed", sort=True)],
+                     ignore_index=True)[["seed", "predictor", "subset", "mae", "count"]]
+
+
+def seed_mean_summary(by_seed: pd.DataFrame) -> pd.DataFrame:
+    """Per predictor and subset: the mean over seeds of each seed's MAE (every seed weighs the
+    same), the records behind it and the number of seeds."""
+    g = by_seed.groupby(["predictor", "subset"], sort=False)
+    return g.agg(mae=("mae", "mean"), count=("count", "sum"), seeds=("seed", "nunique")).reset_index()
+
+
+def paired_mae(by_seed: pd.DataFrame, predictor: str = "gp", reference: str = "moving-average",
+               level: float = 0.95) -> pd.DataFrame:
+    """``predictor`` − ``reference`` MAE per subset, paired over the seeds both have (stats.compare):
+    subset, mae, reference_mae, diff, lo, hi, p, n. Negative = the predictor is better."""
+    from replication.report.stats import compare
+
+    rows = []
+    for subset, g in by_seed.groupby("subset", sort=False):
+        a = g[g["predictor"] == predictor].set_index("seed")["mae"]
+        b = g[g["predictor"] == reference].set_index("seed")["mae"]
+        if a.empty or b.empty:
+            continue
+        c = compare(a, b, level)
+        rows.append({"predictor": predictor, "reference": reference, "subset": subset,
+                     "mae": c.method_mean, "reference_mae": c.baseline_mean, "diff": c.diff,
+                     "lo": c.lo, "hi": c.hi, "p": c.p, "n": c.n})
+    return pd.DataFrame(rows)
 
 
 def mae_by_step(replay: pd.DataFrame) -> pd.DataFrame:

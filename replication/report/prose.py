@@ -121,8 +121,10 @@ def gradient_variance(root: Path) -> str:
 
 @block("predictor")
 def predictor(root: Path) -> str:
-    """VIP's next-step prediction MAE of the success probability, by predictor and subset."""
-    ps = pd.read_csv(root / "results" / "vip" / "tables" / "predictor_study.csv")
+    """VIP's next-step prediction MAE of the success probability, by predictor and subset (mean
+    over the reported RLOO seeds), and the GP − moving-average difference with its CI over seeds."""
+    tables = root / "results" / "vip" / "tables"
+    ps = pd.read_csv(tables / "predictor_study.csv")
     piv = ps.pivot_table(index="predictor", columns="subset", values="mae")
     cnt = ps.groupby("subset")["count"].first()
     cols = [c for c in ("seen", "unseen", "all") if c in piv.columns]
@@ -130,6 +132,13 @@ def predictor(root: Path) -> str:
              "|---|" + "---|" * len(cols)]
     for pred, r in piv.iterrows():
         lines.append(f"| {pred} | " + " | ".join(f"{r[c]:.3f}" for c in cols) + " |")
+    paired = tables / "predictor_vs_reference.csv"
+    if paired.is_file():
+        pc = pd.read_csv(paired).set_index("subset")
+        seeds = int(pc["n"].max())
+        lines += ["", f"GP − moving average, paired over {seeds} seeds (mean [95 % CI]): " + "; ".join(
+            f"{c} {pc.at[c, 'diff']:+.4f} [{pc.at[c, 'lo']:+.4f}, {pc.at[c, 'hi']:+.4f}]" for c in cols if c in pc.index)
+            + "."]
     return "\n".join(lines)
 
 
@@ -203,6 +212,8 @@ def main(argv: list[str] | None = None) -> int:
     print("refreshed: " + (", ".join(changed) if changed else "nothing (all blocks current)"))
     return 0
 
+
+from replication.report import prose_regime  # noqa: E402,F401  (registers docs/regime.md's blocks)
 
 if __name__ == "__main__":
     sys.exit(main())

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import pandas as pd
+import pytest
 
 from replication.report.conclusions import (
     arm_conclusions,
@@ -99,6 +100,31 @@ def test_predictor_study_paragraph_from_measured_mae(tmp_path):
     assert "Predictor study" not in conclusions(comparisons=cmp)
 
 
+def test_predictor_paragraph_carries_the_ci_over_seeds(tmp_path):
+    """issue 20.5: with the paired table the paragraph states the difference, its CI, the number of
+    seeds and a verdict from the CI, not from the means alone."""
+    from replication.report.conclusions import predictor_conclusion
+
+    mae = pd.DataFrame([{"predictor": p, "subset": "all", "mae": m, "count": 100, "seeds": 10}
+                        for p, m in (("gp", 0.186), ("moving-average", 0.201))])
+    paired = pd.DataFrame([
+        {"predictor": "gp", "reference": "moving-average", "subset": "seen", "mae": 0.1601, "reference_mae": 0.1612,
+         "diff": -0.0011, "lo": -0.0030, "hi": 0.0008, "p": 0.2, "n": 10},
+        {"predictor": "gp", "reference": "moving-average", "subset": "unseen", "mae": 0.251, "reference_mae": 0.301,
+         "diff": -0.050, "lo": -0.055, "hi": -0.045, "p": 1e-6, "n": 10}])
+    text = predictor_conclusion(mae, paired)
+    assert "mean over 10 seeds' uniform RLOO runs" in text
+    assert "paired over 10 seeds" in text
+    assert "seen -0.0011 [-0.0030, +0.0008] (no difference shown)" in text
+    assert "unseen -0.0500 [-0.0550, -0.0450] (GP better)" in text
+    mae.to_csv(tmp_path / "predictor_study.csv", index=False)
+    paired.to_csv(tmp_path / "predictor_vs_reference.csv", index=False)
+    cmp = pd.DataFrame([{"arm": "x", "baseline": "b", "set": "average", "metric": "mean@4", "diff": 0.0,
+                         "significant": False, "text": "t"}])
+    cmp.attrs.update({"paper": "vip", "tables": str(tmp_path)})
+    assert "(GP better)" in conclusions(comparisons=cmp)
+
+
 def test_every_significant_comparison_is_listed_whatever_its_set():
     """Issue 20.4: the GDRO conclusion said nothing was significant while its own table marked a
     per-set pass@8 row significant after Holm."""
@@ -144,3 +170,27 @@ def test_no_degenerate_ranges_or_empty_families():
                          "text": "+1.0 pts"} for m in ("mean@8", "pass@8")])
     text = arm_conclusions(cmp)
     assert "about 1.1 pts" in text and "1.1\u20131.1" not in text and "over all 0" not in text
+
+
+def _bound_rows(vip_diff, vip_sig, oracle_diff, oracle_sig):
+    rows = []
+    for arm, d, sig in (("RLOO+VIP", vip_diff, vip_sig), ("RLOO+VIP-oracle", oracle_diff, oracle_sig)):
+        rows.append({"arm": arm, "baseline": "RLOO", "set": "average", "metric": "mean@8", "diff": d,
+                     "significant": sig, "significant_holm": sig, "mde": 0.007, "text": f"{100 * d:+.1f} pts"})
+    return pd.DataFrame(rows)
+
+
+@pytest.mark.parametrize("vip,oracle,expect", [
+    ((0.0, False), (0.02, True), "prediction, not the allocation rule, is what limits VIP"),
+    ((0.0, False), (0.001, False), "allocation itself cannot change the result by more than about 0.7 pts"),
+    ((0.0, False), (-0.02, True), "the wrong target"),
+    ((0.01, True), (0.02, True), "recover part of it"),
+])
+def test_upper_bound_reading_by_rule(vip, oracle, expect):
+    """issue 20: the upper-bound arm separates 'prediction is not good enough' from 'allocation
+    cannot matter here'; the reading follows a fixed rule on the two comparisons."""
+    from replication.report.conclusions import upper_bound_conclusion
+
+    text = upper_bound_conclusion(_bound_rows(*vip, *oracle))
+    assert expect in text and "RLOO+VIP-oracle" in text
+    assert upper_bound_conclusion(_bound_rows(*vip, *oracle).iloc[:1]) == ""  # no bound arm ran: nothing said

@@ -105,3 +105,36 @@ def test_notebook_overrides_reach_the_predictor_studys_texts(monkeypatch):
     monkeypatch.setattr(predictor_study, "make_embedder", recording)
     replay_predictors(recs, overridden, predictors=("gp",))
     assert seen["texts"] == [overridden[i] for i in ids]
+
+
+def test_seeds_are_replayed_apart_and_the_gp_tested_over_seeds():
+    """issue 20.5: the check carries a CI over seeds. Each seed's run is replayed on its own (a
+    prompt seen in seed 0 is unseen in seed 1), the per-seed MAEs are averaged with equal weight,
+    and the GP − moving-average difference is paired over seeds."""
+    runs = [synthetic_run(steps=6, seed=s) for s in (3, 4, 5)]
+    texts = runs[0][1]
+    recs = pd.concat([r.assign(arm="RLOO", seed=s) for (r, _), s in zip(runs, (3, 4, 5))], ignore_index=True)
+    opts = {"gp": {"dtype": "float64"}}
+    replays = predictor_study.replay_seeds(recs, texts, [3, 4, 5], predictor_options=opts)
+    assert sorted(replays["seed"].unique()) == [3, 4, 5]
+    # the prompts are embedded once for all seeds (TF-IDF's vocabulary is the union's): same embeddings
+    from replication.allocation.embeddings import make_embedder
+
+    ids = list(dict.fromkeys(recs["prompt_id"]))
+    emb = dict(zip(ids, make_embedder("hashed-tfidf")([texts[i] for i in ids])))
+    alone = replay_predictors(recs[recs["seed"] == 4], embeddings=emb, predictor_options=opts)
+    same = replays[replays["seed"] == 4].drop(columns="seed").reset_index(drop=True)
+    pd.testing.assert_frame_equal(same, alone)  # one seed's replay never sees another seed's records
+    by_seed = predictor_study.mae_by_seed(replays)
+    summary = predictor_study.seed_mean_summary(by_seed)
+    gp_all = summary[(summary.predictor == "gp") & (summary.subset == "all")].iloc[0]
+    assert gp_all["seeds"] == 3
+    assert gp_all["mae"] == pytest.approx(by_seed[(by_seed.predictor == "gp") & (by_seed.subset == "all")]["mae"].mean())
+    paired = predictor_study.paired_mae(by_seed).set_index("subset")
+    assert set(paired.index) == {"all", "seen", "unseen"}
+    row = paired.loc["unseen"]
+    assert row["n"] == 3 and row["lo"] <= row["diff"] <= row["hi"]
+    assert row["diff"] == pytest.approx(row["mae"] - row["reference_mae"])
+    assert row["hi"] < 0  # the topic words make the GP far better on unseen prompts, on every seed
+    with pytest.raises(ValueError, match=r"no records for seed\(s\) \[7\]"):
+        predictor_study.replay_seeds(recs, texts, [3, 7])

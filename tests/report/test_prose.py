@@ -40,3 +40,21 @@ def test_unknown_block_is_an_error(tmp_path):
     (tmp_path / "README.md").write_text("<!-- gen:nope -->\nx\n<!-- /gen:nope -->\n")
     with pytest.raises(KeyError, match="unknown generated block 'nope'"):
         prose.stale(tmp_path, files=("README.md",))
+
+
+def test_predictor_block_gives_the_paired_difference_over_seeds(tmp_path):
+    tables = tmp_path / "results/vip/tables"
+    tables.mkdir(parents=True)
+    rows = [{"predictor": p, "subset": s, "mae": m, "count": c, "seeds": 10}
+            for p, ms in (("gp", (0.160, 0.251)), ("moving-average", (0.161, 0.301)))
+            for s, m, c in zip(("seen", "unseen"), ms, (13700, 5436))]
+    import pandas as pd
+
+    pd.DataFrame(rows).to_csv(tables / "predictor_study.csv", index=False)
+    block = prose.GENERATORS["predictor"](tmp_path)
+    assert "| gp | 0.160 | 0.251 |" in block and "paired" not in block  # no paired table: the MAEs alone
+    pd.DataFrame([{"subset": "seen", "diff": -0.0011, "lo": -0.003, "hi": 0.0008, "n": 10},
+                  {"subset": "unseen", "diff": -0.05, "lo": -0.055, "hi": -0.045, "n": 10}]).to_csv(
+        tables / "predictor_vs_reference.csv", index=False)
+    block = prose.GENERATORS["predictor"](tmp_path)
+    assert "paired over 10 seeds (mean [95 % CI]): seen -0.0011 [-0.0030, +0.0008]; unseen -0.0500" in block

@@ -1,0 +1,99 @@
+"""docs/regime.md's generated blocks apply the rules fixed there to the studies on seeds the
+reported results do not use (issue 20.5), and say when the pipeline does not run the rule's pick."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pandas as pd
+import pytest
+import yaml
+
+from replication.report import prose
+from replication.store import write_manifest
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def _root(tmp_path: Path, bandwidth: float = 0.2) -> Path:
+    params = yaml.safe_load((ROOT / "params.yaml").read_text())
+    params["vip"]["arms"]["RLOO+VIP"]["allocator.options"]["bandwidth"] = bandwidth
+    tmp_path.mkdir(parents=True, exist_ok=True)
+    (tmp_path / "params.yaml").write_text(yaml.safe_dump(params))
+    (tmp_path / "replication/profiles").mkdir(parents=True)
+    shutil.copy(ROOT / "replication/profiles/default.yaml", tmp_path / "replication/profiles/default.yaml")
+    (tmp_path / "results/regime").mkdir(parents=True)
+    return tmp_path
+
+
+def _gp_study(root: Path) -> None:
+    rows = [{"setting": "moving-average (unseen = constant)", "reference": True, "seen": 0.150, "unseen": 0.331, "all": 0.2},
+            {"setting": "median", "options": {}, "seen": 0.204, "unseen": 0.230, "all": 0.21},
+            {"setting": "bw=0.2", "options": {"bandwidth": 0.2}, "seen": 0.149, "unseen": 0.250, "all": 0.18},
+            {"setting": "bw=0.1", "options": {"bandwidth": 0.1}, "seen": 0.140, "unseen": 0.340, "all": 0.19}]
+    (root / "results/regime/gp_settings_seed100.json").write_text(json.dumps(
+        {"seed": 100, "encoder": "results/encoder", "command": "python scripts/gp_settings_study.py x", "rows": rows}))
+
+
+def test_gp_choice_applies_the_rule_and_checks_params(tmp_path):
+    root = _root(tmp_path)
+    _gp_study(root)
+    text = prose.GENERATORS["regime-gp-choice"](root)
+    # bw=0.1 has the lowest seen MAE but is worse than the constant on unseen prompts: not eligible
+    assert "| bw=0.1 | 0.140 | 0.340 | 0.190 | no |" in text
+    assert "The rule picks **bw=0.2**" in text and "params.yaml's GP arms run it." in text
+    root = _root(tmp_path / "other", bandwidth=0.3)
+    _gp_study(root)
+    assert "NOT the rule's pick" in prose.GENERATORS["regime-gp-choice"](root)
+
+
+def test_task_mix_block_applies_the_rule(tmp_path):
+    root = _root(tmp_path)
+    frontier = json.dumps(yaml.safe_load((ROOT / "replication/profiles/default.yaml").read_text())
+                          ["task"]["options"]["train_sizes"], sort_keys=True)
+    rows = [{"mix": "frontier", "seed": s, "train_sizes": frontier, "gain": g}
+            for s, g in zip(range(100, 104), (0.031, 0.036, 0.040, 0.033))]
+    rows += [{"mix": "addition", "seed": s, "train_sizes": json.dumps({"add1": 200}), "gain": g}
+             for s, g in zip(range(100, 104), (0.05, -0.01, 0.04, 0.0))]
+    pd.DataFrame(rows).to_csv(root / "results/regime/task_mix_seeds_100-103.csv", index=False)
+    text = prose.GENERATORS["regime-task-mix"](root)
+    assert "| frontier: add1t3, add2, add2t3 | 100, 101, 102, 103 | +3.1, +3.6, +4.0, +3.3 |" in text
+    assert "The rule picks **frontier**; the default profile runs frontier — the same." in text
+    assert "| addition: add1 |" in text and "| no |" in text
+
+
+def _uniform_run(folder: Path, seed: int, before: float, after: float, allocator: str = "uniform") -> None:
+    folder.mkdir(parents=True)
+    ev = lambda x: {"average": {"mean@8": x}}  # noqa: E731
+    (folder / "metrics.json").write_text(json.dumps({"seed": seed, "allocator": allocator, "estimator": "grpo",
+                                                     "steps": 300, "eval_before": ev(before), "eval_after": ev(after)}))
+    (folder / "config.json").write_text(json.dumps({"task": {"options": {"train_sizes": {"add2": 3000}}}}))
+    write_manifest(folder, kind="run")
+
+
+def test_task_mix_script_reads_verified_runs(tmp_path):
+    for s, (b, a) in zip((100, 101), ((0.50, 0.54), (0.50, 0.53))):
+        _uniform_run(tmp_path / "mix/frontier" / f"s{s}", s, b, a)
+    out = tmp_path / "mix.csv"
+    r = subprocess.run([sys.executable, "scripts/task_mix_study.py", "--mix", f"frontier={tmp_path / 'mix/frontier'}",
+                        "--out", str(out)], cwd=ROOT, capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, r.stderr
+    t = pd.read_csv(out)
+    assert list(t["seed"]) == [100, 101] and t["gain"].round(4).tolist() == [0.04, 0.03]
+    # a damaged run is refused, naming it
+    (tmp_path / "mix/frontier/s101/metrics.json").write_text("{}")
+    r = subprocess.run([sys.executable, "scripts/task_mix_study.py", "--mix", f"frontier={tmp_path / 'mix/frontier'}",
+                        "--out", str(out)], cwd=ROOT, capture_output=True, text=True, timeout=120)
+    assert r.returncode != 0 and "s101" in r.stderr and "Traceback" not in r.stderr
+
+
+@pytest.mark.parametrize("allocator", ["dynamo"])
+def test_task_mix_script_refuses_a_method_run(tmp_path, allocator):
+    _uniform_run(tmp_path / "m/s1", 1, 0.5, 0.6, allocator=allocator)
+    r = subprocess.run([sys.executable, "scripts/task_mix_study.py", "--mix", f"m={tmp_path / 'm'}",
+                        "--out", str(tmp_path / "o.csv")], cwd=ROOT, capture_output=True, text=True, timeout=120)
+    assert r.returncode != 0 and "not a uniform run" in r.stderr and not (tmp_path / "o.csv").exists()
