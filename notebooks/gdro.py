@@ -180,6 +180,15 @@ signal_df = gdro_signal.signal_table(pr.prompts, ["Prompt-GDRO", "Prompt-GDRO-co
 display(signal_df)
 print(gdro_signal.signal_conclusion(signal_df))
 
+# %%
+# issue 20.2 and 20.8, per run: steps on which every weight is 0 (the step trains on nothing but β·KL),
+# and what the adversary sees under the paper's loss with β·KL (zero share, bin-mean spread, weight spread)
+weighted = pr.prompts[pr.prompts["arm"].isin(["Prompt-GDRO", "Prompt-GDRO-code"])]
+zero_steps = gd.all_zero_weight_steps(weighted)
+loss_sig = gd.loss_signal(weighted)
+weight_signal = gd.weight_signal_by_arm(zero_steps, loss_sig)
+display(weight_signal)
+
 # %% [markdown]
 # ## Does Rollout-GDRO's loss give its bandits a signal? (issue 10)
 #
@@ -207,7 +216,9 @@ if "Rollout-GDRO" in pr.arm_names():
 # ## Conclusion (generated from the numbers above)
 
 # %%
-extra = {"wse": wse_table, "overhead": overhead, "prompt_gdro_signal": signal_df}
+extra = {"wse": wse_table, "overhead": overhead, "prompt_gdro_signal": signal_df,
+         "prompt_gdro_weight_signal": weight_signal, "prompt_gdro_zero_weight_steps": zero_steps,
+         "prompt_gdro_loss_signal": loss_sig}
 if rollout_signal_df is not None:
     extra["rollout_gdro_signal"] = rollout_gdro_signal.summary(rollout_signal_df)
 tables.write_tables({"heldout_after": table, "heldout_before": before, "comparisons": cmp,

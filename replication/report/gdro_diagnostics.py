@@ -269,3 +269,20 @@ def loss_signal(prompts: pd.DataFrame, share_floor: float = 0.05, from_step: int
             "weight_sd_median": float(sd.median()),
         })
     return pd.DataFrame(rows)
+
+
+def weight_signal_by_arm(zero_steps: pd.DataFrame, signal: pd.DataFrame) -> pd.DataFrame:
+    """One row per arm from the per-run tables of ``all_zero_weight_steps`` and ``loss_signal``
+    (issue 20.2 and 20.8): runs; the share of steps with every weight 0 (mean over runs, and its
+    min–max); runs with any such step; and the medians over runs of the loss's zero share, the
+    debiased bin-mean spread and the per-step max/min weight."""
+    z = zero_steps.groupby("arm").agg(runs=("all_zero_share", "size"), all_zero_share_mean=("all_zero_share", "mean"),
+                                      all_zero_share_min=("all_zero_share", "min"),
+                                      all_zero_share_max=("all_zero_share", "max"),
+                                      runs_with_all_zero_steps=("all_zero_steps", lambda x: int((x > 0).sum())),
+                                      longest_all_zero_run_max=("longest_all_zero_run", "max"))
+    s = signal.groupby("arm").agg(loss_zero_share=("loss_zero_share", "median"),
+                                  loss_positive_share=("loss_positive_share", "median"),
+                                  bin_mean_spread=("bin_mean_spread_median", "median"),
+                                  weight_ratio=("weight_ratio_median", "median"))
+    return z.join(s).reset_index()

@@ -142,6 +142,16 @@ def predictor(root: Path) -> str:
     return "\n".join(lines)
 
 
+@block("vip-upper-bound")
+def vip_upper_bound(root: Path) -> str:
+    """Why VIP's null: its allocation told p by a probe (the upper-bound arm) against the same
+    baseline, read by the fixed rule of conclusions.upper_bound_conclusion."""
+    from replication.report.conclusions import upper_bound_conclusion
+
+    cmp = pd.read_csv(root / "results" / "vip" / "tables" / "comparisons.csv")
+    return upper_bound_conclusion(cmp) or "The upper-bound arm did not run."
+
+
 @block("rollout-gdro-signal")
 def rollout_gdro_signal(root: Path) -> str:
     """Rollout-GDRO's replay: does its loss give the bandits a signal?"""
@@ -213,7 +223,7 @@ def main(argv: list[str] | None = None) -> int:
     return 0
 
 
-from replication.report import prose_regime  # noqa: E402,F401  (registers docs/regime.md's blocks)
+from replication.report import prose_gdro, prose_regime  # noqa: E402,F401  (register their blocks)
 
 if __name__ == "__main__":
     sys.exit(main())

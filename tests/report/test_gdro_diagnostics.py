@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import math
 
 import numpy as np
@@ -146,3 +147,28 @@ def test_loss_signal_by_hand():
     assert out["weight_sd_median"] == pytest.approx((np.std([2, 1, 1, 0.5]) + 0.5) / 2)
     with pytest.raises(ValueError, match="share_floor"):
         loss_signal(recs, share_floor=0.0)
+
+
+def test_weight_signal_by_arm_summarises_runs(tmp_path):
+    """issue 20.2/20.8: one row per arm — the share of all-zero steps over runs and the signal's
+    medians — and the generated block of README / gdro.md reads it beside the arm's comparison."""
+    from replication.report import gdro_diagnostics as gd
+    from replication.report import prose
+
+    recs = pd.concat([_weighted_records().assign(arm="Prompt-GDRO-code"),
+                      _weighted_records().assign(arm="Prompt-GDRO", weight=1.0)], ignore_index=True)
+    t = gd.weight_signal_by_arm(gd.all_zero_weight_steps(recs), gd.loss_signal(recs)).set_index("arm")
+    code = t.loc["Prompt-GDRO-code"]
+    assert code["runs"] == 2 and code["runs_with_all_zero_steps"] == 1 and code["longest_all_zero_run_max"] == 2
+    assert code["all_zero_share_mean"] == pytest.approx((3 / 5 + 0) / 2) and code["all_zero_share_max"] == pytest.approx(0.6)
+    assert t.loc["Prompt-GDRO", "all_zero_share_max"] == 0 and t.loc["Prompt-GDRO", "weight_ratio"] == 1.0
+    (tmp_path / "results/gdro/tables").mkdir(parents=True)
+    t.reset_index().to_csv(tmp_path / "results/gdro/tables/prompt_gdro_weight_signal.csv", index=False)
+    (tmp_path / "results/gdro/summary.json").write_text(json.dumps({"comparisons": [
+        {"arm": "Prompt-GDRO-code", "metric": "average mean@8", "diff": -0.105, "ci_low": -0.113, "ci_high": -0.098,
+         "p_holm": 1.7e-07}]}))
+    block = prose.GENERATORS["gdro-weight-signal"](tmp_path)
+    assert "| Prompt-GDRO-code | 2 | 30.0 % (0.0–60.0 %) | 2 steps |" in block
+    assert "\u221210.5 pts [\u221211.3, \u22129.8] (Holm p 1.7e-07)" in block
+    paper_row = next(ln for ln in block.splitlines() if ln.startswith("| Prompt-GDRO |"))
+    assert paper_row.startswith("| Prompt-GDRO | 2 | 0.0 % (0.0–0.0 %) |") and paper_row.endswith("| — |")

@@ -58,3 +58,17 @@ def test_predictor_block_gives_the_paired_difference_over_seeds(tmp_path):
         tables / "predictor_vs_reference.csv", index=False)
     block = prose.GENERATORS["predictor"](tmp_path)
     assert "paired over 10 seeds (mean [95 % CI]): seen -0.0011 [-0.0030, +0.0008]; unseen -0.0500" in block
+
+
+def test_vip_upper_bound_block_reads_the_comparisons(tmp_path):
+    import pandas as pd
+
+    tables = tmp_path / "results/vip/tables"
+    tables.mkdir(parents=True)
+    rows = [{"arm": a, "baseline": "RLOO", "set": "average", "metric": "mean@8", "diff": d, "significant": False,
+             "significant_holm": False, "mde": 0.007, "text": f"{d:+.3f}"} for a, d in
+            (("RLOO+VIP", -0.002), ("RLOO+VIP-oracle", 0.001))]
+    pd.DataFrame(rows).to_csv(tables / "comparisons.csv", index=False)
+    assert "cannot change the result by more than about 0.7 pts" in prose.GENERATORS["vip-upper-bound"](tmp_path)
+    pd.DataFrame(rows[:1]).to_csv(tables / "comparisons.csv", index=False)
+    assert prose.GENERATORS["vip-upper-bound"](tmp_path) == "The upper-bound arm did not run."
