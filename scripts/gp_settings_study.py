@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import shlex
 import sys
 import time
 from pathlib import Path
@@ -76,7 +77,7 @@ def main() -> None:
         write_atomic(args.out, json.dumps({
             "records": str(args.records), "seed": config.get("seed"), "profile": args.profile,
             "run": {k: config.get(k) for k in ("rollout", "rl", "allocator", "task") if k in config},
-            "encoder": args.encoder, "command": " ".join(["python", *sys.argv]), "rows": rows}, indent=1) + "\n")
+            "encoder": args.encoder, "command": shlex.join(["python", *sys.argv]), "rows": rows}, indent=1) + "\n")
 
 
 if __name__ == "__main__":

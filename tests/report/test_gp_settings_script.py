@@ -30,6 +30,26 @@ def test_gp_settings_script_prints_mae_per_setting(tmp_path):
     assert lines[0]["seen"] != lines[1]["seen"]  # the bandwidth reaches the GP
 
 
+def test_gp_settings_script_writes_its_evidence_file(tmp_path):
+    """--out: the rows and a command that can be pasted back (docs/regime.md's block reads it)."""
+    import shlex
+
+    ids = list(pipeline.prompt_texts("smoke"))[:6]
+    rows = [dict(step=t, prompt_id=pid, n=4, successes=(i + t) % 5) for t in range(4)
+            for i, pid in enumerate(ids[t % 2: t % 2 + 4])]
+    rec = tmp_path / "prompts.jsonl"
+    pd.DataFrame(rows).to_json(rec, orient="records", lines=True)
+    settings = json.dumps({"bw=0.4": {"bandwidth": 0.4}})
+    out = subprocess.run([sys.executable, "scripts/gp_settings_study.py", str(rec), settings, "--profile", "smoke",
+                          "--references", "--out", str(tmp_path / "study.json")],
+                         cwd=ROOT, capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stderr
+    study = json.loads((tmp_path / "study.json").read_text())
+    assert [r["setting"] for r in study["rows"]] == ["moving-average (unseen = constant)", "bw=0.4"]
+    assert study["rows"][0]["reference"] and study["rows"][1]["options"] == {"bandwidth": 0.4}
+    assert shlex.split(study["command"])[2:4] == [str(rec), settings]
+
+
 def test_gp_settings_script_with_the_paper_encoder_and_references(tmp_path):
     import pytest
 
