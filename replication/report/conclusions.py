@@ -264,12 +264,15 @@ def paper_conclusion(pvo: pd.DataFrame) -> str:
         if analogue != "paired":
             lines.append(f"{head}; {analogue}.")
             continue
+        outside = pd.isna(getattr(r, "p_holm", np.nan)) and "holm_family" in pvo.columns
+        sig = bool(getattr(r, "significant", False)) if outside else _sig(r)  # no Holm p outside the family
+        qual = " (raw p, outside the Holm family)" if outside else ""
         if int(r.n) < 2:
             agree = "one seed, no test"
-        elif _sig(r):
-            agree = "same direction" if np.sign(r.our_abs) == np.sign(r.paper_abs) else "opposite direction"
+        elif sig:
+            agree = ("same direction" if np.sign(r.our_abs) == np.sign(r.paper_abs) else "opposite direction") + qual
         else:
-            agree = "not significant here"
+            agree = "not significant here" + qual
         lines.append(f"{head}; ours on {r.our_set} {r.our_metric} {r.ours_text}, relative "
                      f"{_pct(r.our_rel_pct)} % — {agree}.")
     return "\n".join(lines)

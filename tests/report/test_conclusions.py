@@ -194,3 +194,17 @@ def test_upper_bound_reading_by_rule(vip, oracle, expect):
     text = upper_bound_conclusion(_bound_rows(*vip, *oracle))
     assert expect in text and "RLOO+VIP-oracle" in text
     assert upper_bound_conclusion(_bound_rows(*vip, *oracle).iloc[:1]) == ""  # no bound arm ran: nothing said
+
+
+def test_paper_row_outside_the_holm_family_is_read_on_its_raw_p():
+    """A metric outside the paper's Holm family has no Holm p; its verdict must follow its raw p
+    and say so, not read 'significant (p=0.009)' and then 'not significant here'."""
+    row = {"model": "M", "baseline": "GRPO", "method": "DynaMO", "benchmark": "Avg", "metric": "P@1",
+           "paper_abs": 3.7, "paper_rel_pct": 12.8, "analogue": "paired", "n": 10, "our_set": "average",
+           "our_metric": "pass@1", "ours_text": "−1.0 pts", "our_rel_pct": -2.0, "our_abs": -1.0,
+           "significant": True, "p_holm": float("nan"), "significant_holm": False,
+           "holm_family": "outside the paper's test family (raw p only)"}
+    text = paper_conclusion(pd.DataFrame([row]))
+    assert "opposite direction (raw p, outside the Holm family)" in text
+    text = paper_conclusion(pd.DataFrame([{**row, "significant": False}]))
+    assert "not significant here (raw p, outside the Holm family)" in text
