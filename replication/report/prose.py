@@ -225,5 +225,7 @@ def main(argv: list[str] | None = None) -> int:
 
 from replication.report import prose_gdro, prose_regime  # noqa: E402,F401  (register their blocks)
 
-if __name__ == "__main__":
-    sys.exit(main())
+if __name__ == "__main__":  # run the imported module, whose GENERATORS the block modules registered into
+    from replication.report import prose as _prose
+
+    sys.exit(_prose.main())

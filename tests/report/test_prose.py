@@ -72,3 +72,14 @@ def test_vip_upper_bound_block_reads_the_comparisons(tmp_path):
     assert "cannot change the result by more than about 0.7 pts" in prose.GENERATORS["vip-upper-bound"](tmp_path)
     pd.DataFrame(rows[:1]).to_csv(tables / "comparisons.csv", index=False)
     assert prose.GENERATORS["vip-upper-bound"](tmp_path) == "The upper-bound arm did not run."
+
+
+def test_the_command_knows_every_block():
+    """`python -m replication.report.prose --check` runs as __main__: the blocks registered by
+    prose_regime / prose_gdro must reach it too (they register into the imported module)."""
+    import subprocess
+    import sys
+
+    r = subprocess.run([sys.executable, "-m", "replication.report.prose", "--check"], cwd=ROOT,
+                       capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stderr[-2000:]
