@@ -237,7 +237,9 @@ def loss_signal(prompts: pd.DataFrame, share_floor: float = 0.05, from_step: int
     - bin_mean_spread_median: median over steps of max_b − min_b of the step's bin means debiased
       by the realised share, ℓ̄_b / max(q̂_b, share_floor) (what the EMA score S_b averages);
     - weight_ratio_median: median over steps of max/min of the step's positive weights (1 = no
-      re-weighting); weight_sd_median: median over steps of the sd of the weights (ddof 0).
+      re-weighting); weight_ratio_ge_1_2_share: share of steps whose max/min is ≥ 1.2 (issue 10's
+      engagement threshold: a median can hide a re-weighting confined to part of the run);
+      weight_sd_median: median over steps of the sd of the weights (ddof 0).
 
     Columns: arm, seed (when present), records, steps, and the figures above."""
     _check_columns(prompts, ("step", "prompt_id", "loss", "bin", "weight"), "loss_signal")
@@ -266,6 +268,7 @@ def loss_signal(prompts: pd.DataFrame, share_floor: float = 0.05, from_step: int
             "loss_abs_median": float(np.median(np.abs(loss))),
             "bin_mean_spread_median": float(spread.median()),
             "weight_ratio_median": float(ratio.median()) if len(ratio) else np.nan,
+            "weight_ratio_ge_1_2_share": float((ratio >= 1.2).mean()) if len(ratio) else np.nan,
             "weight_sd_median": float(sd.median()),
         })
     return pd.DataFrame(rows)
@@ -274,8 +277,9 @@ def loss_signal(prompts: pd.DataFrame, share_floor: float = 0.05, from_step: int
 def weight_signal_by_arm(zero_steps: pd.DataFrame, signal: pd.DataFrame) -> pd.DataFrame:
     """One row per arm from the per-run tables of ``all_zero_weight_steps`` and ``loss_signal``
     (issue 20.2 and 20.8): runs; the share of steps with every weight 0 (mean over runs, and its
-    min–max); runs with any such step; and the medians over runs of the loss's zero share, the
-    debiased bin-mean spread and the per-step max/min weight."""
+    min–max); runs with any such step; the medians over runs of the loss's zero share, the
+    debiased bin-mean spread and the per-step max/min weight; and the mean over runs of the share
+    of steps re-weighted by at least 1.2 (max/min)."""
     z = zero_steps.groupby("arm").agg(runs=("all_zero_share", "size"), all_zero_share_mean=("all_zero_share", "mean"),
                                       all_zero_share_min=("all_zero_share", "min"),
                                       all_zero_share_max=("all_zero_share", "max"),
@@ -284,5 +288,6 @@ def weight_signal_by_arm(zero_steps: pd.DataFrame, signal: pd.DataFrame) -> pd.D
     s = signal.groupby("arm").agg(loss_zero_share=("loss_zero_share", "median"),
                                   loss_positive_share=("loss_positive_share", "median"),
                                   bin_mean_spread=("bin_mean_spread_median", "median"),
-                                  weight_ratio=("weight_ratio_median", "median"))
+                                  weight_ratio=("weight_ratio_median", "median"),
+                                  weight_ratio_ge_1_2_share=("weight_ratio_ge_1_2_share", "mean"))
     return z.join(s).reset_index()

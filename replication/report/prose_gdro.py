@@ -18,8 +18,9 @@ def gdro_weight_signal(root: Path) -> str:
     t = pd.read_csv(root / "results" / "gdro" / "tables" / "prompt_gdro_weight_signal.csv")
     cmp = {c["arm"]: c for c in _summary(root, "gdro")["comparisons"] if c["metric"] == "average mean@8"}
     lines = ["| arm | runs | steps with every weight 0 (mean, min–max over runs) | longest such stretch | ℓ exactly 0 | ℓ > 0 | "
-             "median spread of debiased bin means | median per-step max/min weight | held-out mean@8 vs GRPO |",
-             "|---|---|---|---|---|---|---|---|---|"]
+             "median spread of debiased bin means | median per-step max/min weight | steps with max/min ≥ 1.2 | "
+             "held-out mean@8 vs GRPO |",
+             "|---|---|---|---|---|---|---|---|---|---|"]
     for r in t.itertuples():
         c = cmp.get(r.arm)
         vs = (f"{_pts(c['diff'])} pts [{_pts(c['ci_low'])}, {_pts(c['ci_high'])}] (Holm p {_p(c['p_holm'])})"
@@ -27,5 +28,5 @@ def gdro_weight_signal(root: Path) -> str:
         lines.append(f"| {r.arm} | {r.runs} | {100 * r.all_zero_share_mean:.1f} % ({100 * r.all_zero_share_min:.1f}–"
                      f"{100 * r.all_zero_share_max:.1f} %) | {r.longest_all_zero_run_max} steps | "
                      f"{100 * r.loss_zero_share:.1f} % | {100 * r.loss_positive_share:.1f} % | {r.bin_mean_spread:.4f} | "
-                     f"{r.weight_ratio:.4f} | {vs} |")
+                     f"{r.weight_ratio:.4f} | {100 * r.weight_ratio_ge_1_2_share:.1f} % | {vs} |")
     return "\n".join(lines)

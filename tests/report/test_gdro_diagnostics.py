@@ -144,6 +144,7 @@ def test_loss_signal_by_hand():
     s0 = 0.2 / 0.3 - 0.1 / 0.75
     assert out["bin_mean_spread_median"] == pytest.approx(s0 / 2)
     assert out["weight_ratio_median"] == pytest.approx((4.0 + 1.0) / 2)  # 2/0.5 and 1/1 (0 left out)
+    assert out["weight_ratio_ge_1_2_share"] == pytest.approx(1 / 2)  # step 0 (×4) of the two
     assert out["weight_sd_median"] == pytest.approx((np.std([2, 1, 1, 0.5]) + 0.5) / 2)
     with pytest.raises(ValueError, match="share_floor"):
         loss_signal(recs, share_floor=0.0)
@@ -162,13 +163,15 @@ def test_weight_signal_by_arm_summarises_runs(tmp_path):
     assert code["runs"] == 2 and code["runs_with_all_zero_steps"] == 1 and code["longest_all_zero_run_max"] == 2
     assert code["all_zero_share_mean"] == pytest.approx((3 / 5 + 0) / 2) and code["all_zero_share_max"] == pytest.approx(0.6)
     assert t.loc["Prompt-GDRO", "all_zero_share_max"] == 0 and t.loc["Prompt-GDRO", "weight_ratio"] == 1.0
+    assert t.loc["Prompt-GDRO", "weight_ratio_ge_1_2_share"] == 0
+    assert code["weight_ratio_ge_1_2_share"] == pytest.approx((1 / 2 + 0) / 2)  # seed 0: step 3 (×4) of the 2 steps with a positive weight
     (tmp_path / "results/gdro/tables").mkdir(parents=True)
     t.reset_index().to_csv(tmp_path / "results/gdro/tables/prompt_gdro_weight_signal.csv", index=False)
     (tmp_path / "results/gdro/summary.json").write_text(json.dumps({"comparisons": [
         {"arm": "Prompt-GDRO-code", "metric": "average mean@8", "diff": -0.105, "ci_low": -0.113, "ci_high": -0.098,
          "p_holm": 1.7e-07}]}))
     block = prose.GENERATORS["gdro-weight-signal"](tmp_path)
-    assert "| Prompt-GDRO-code | 2 | 30.0 % (0.0–60.0 %) | 2 steps |" in block
+    assert "| Prompt-GDRO-code | 2 | 30.0 % (0.0–60.0 %) | 2 steps |" in block and "| 25.0 % |" in block
     assert "\u221210.5 pts [\u221211.3, \u22129.8] (Holm p 1.7e-07)" in block
     paper_row = next(ln for ln in block.splitlines() if ln.startswith("| Prompt-GDRO |"))
     assert paper_row.startswith("| Prompt-GDRO | 2 | 0.0 % (0.0–0.0 %) |") and paper_row.endswith("| — |")
