@@ -18,41 +18,18 @@ in a dated section that names its commit.
 from __future__ import annotations
 
 import argparse
-import json
 import re
 import sys
 from pathlib import Path
-from typing import Callable
 
 import numpy as np
 import pandas as pd
 
+from replication.report import prose_gdro, prose_regime  # noqa: F401  (register their blocks)
+from replication.report.prose_registry import GENERATORS, PAPERS, _p, _pts, _summary, block  # noqa: F401
+
 PROSE_FILES = ("README.md", "docs/gradient_variance.md", "docs/regime.md", "docs/fidelity/gdro.md")
 BLOCK = re.compile(r"(<!-- gen:(?P<name>[\w.-]+) -->\n)(?P<body>.*?)(<!-- /gen:(?P=name) -->)", re.S)
-PAPERS = {"vip": "VIP", "dynamo": "DynaMO", "gdro": "GDRO"}
-GENERATORS: dict[str, Callable[[Path], str]] = {}
-
-
-def block(name: str):
-    def register(fn: Callable[[Path], str]) -> Callable[[Path], str]:
-        GENERATORS[name] = fn
-        return fn
-    return register
-
-
-def _pts(x: float) -> str:
-    v = 100 * float(x)
-    return f"{v:+.1f}".replace("-", "\u2212")
-
-
-def _p(p: float) -> str:
-    return "1" if p >= 0.995 else f"{p:.2g}"
-
-
-def _summary(root: Path, paper: str) -> dict:
-    return json.loads((root / "results" / paper / "summary.json").read_text())
-
-
 @block("headline")
 def headline(root: Path) -> str:
     """Each method against its paper's baseline on average held-out mean@8 (summary.json)."""
@@ -223,9 +200,5 @@ def main(argv: list[str] | None = None) -> int:
     return 0
 
 
-from replication.report import prose_gdro, prose_regime  # noqa: E402,F401  (register their blocks)
-
-if __name__ == "__main__":  # run the imported module, whose GENERATORS the block modules registered into
-    from replication.report import prose as _prose
-
-    sys.exit(_prose.main())
+if __name__ == "__main__":
+    sys.exit(main())

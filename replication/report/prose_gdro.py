@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from replication.report.prose import _p, _pts, _summary, block
+from replication.report.prose_registry import _p, _pts, _summary, block
 
 
 @block("gdro-weight-signal")

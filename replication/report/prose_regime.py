@@ -15,7 +15,7 @@ from pathlib import Path
 import pandas as pd
 import yaml
 
-from replication.report.prose import PAPERS, _pts, _summary, block
+from replication.report.prose_registry import PAPERS, _pts, _summary, block
 from replication.report.stats import mean_ci
 
 GP_STUDY = Path("results/regime/gp_settings_seed100.json")
