@@ -114,9 +114,10 @@ def upper_bound_conclusion(cmp_df: pd.DataFrame, method: str = "RLOO+VIP", oracl
         why = ("Even with the true p the allocation is significantly worse than uniform: minimising the "
                "gradient variance is the wrong target for held-out accuracy in this regime.")
     else:
-        why = (f"Even told p, the allocation does not move {metric} beyond noise (MDE {_pct(mde)} pts): in "
-               f"this regime allocation itself cannot change the result by more than about {_pct(mde)} pts, so "
-               f"better prediction could not rescue {method}.")
+        why = (f"Even told p, the allocation does not move {metric} beyond noise. An effect of the allocation "
+               f"itself as large as the MDE ({_pct(mde)} pts) would have been detected with power 0.8, and none "
+               f"was: in this regime allocation moves the result by less than about {_pct(mde)} pts, so better "
+               f"prediction is not what {method} lacks here.")
     return head + "\n\n" + why
 
 
