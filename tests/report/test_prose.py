@@ -29,7 +29,12 @@ def test_a_changed_result_makes_its_block_stale_and_refresh_mends_it(tmp_path):
     shutil.copytree(ROOT / "results", tmp_path / "results",
                     ignore=shutil.ignore_patterns("*.ipynb", "base-model", "encoder", "gradient_variance"))
     summary = tmp_path / "results/vip/summary.json"
-    summary.write_text(summary.read_text().replace('"diff": -0.0015', '"diff": -0.0615', 1))
+    import json
+
+    data = json.loads(summary.read_text())
+    row = next(c for c in data["comparisons"] if c["arm"] == "RLOO+VIP" and c["metric"] == "average mean@8")
+    row["diff"] = -0.0615  # whatever the committed value, the block must follow it
+    summary.write_text(json.dumps(data))
     assert prose.stale(tmp_path, files=("README.md",)) == ["README.md: headline"]
     assert prose.refresh(tmp_path, files=("README.md",)) == ["README.md"]
     assert "RLOO+VIP vs RLOO \u22126.2 pts" in (tmp_path / "README.md").read_text()
