@@ -13,12 +13,18 @@ from replication.report import pipeline
 ROOT = Path(__file__).resolve().parents[2]
 
 
-def test_gp_settings_script_prints_mae_per_setting(tmp_path):
+def _records(tmp_path: Path) -> Path:
+    """A small uniform run's per-prompt records over six smoke-profile prompts, revisited."""
     ids = list(pipeline.prompt_texts("smoke"))[:6]
     rows = [dict(step=t, prompt_id=pid, n=4, successes=(i + t) % 5) for t in range(4)
             for i, pid in enumerate(ids[t % 2: t % 2 + 4])]
     rec = tmp_path / "prompts.jsonl"
     pd.DataFrame(rows).to_json(rec, orient="records", lines=True)
+    return rec
+
+
+def test_gp_settings_script_prints_mae_per_setting(tmp_path):
+    rec = _records(tmp_path)
     out = subprocess.run([sys.executable, "scripts/gp_settings_study.py", str(rec),
                           json.dumps({"median": {}, "bw=0.4": {"bandwidth": 0.4}}), "--profile", "smoke"],
                          cwd=ROOT, capture_output=True, text=True, timeout=300)
@@ -34,11 +40,7 @@ def test_gp_settings_script_writes_its_evidence_file(tmp_path):
     """--out: the rows and a command that can be pasted back (docs/regime.md's block reads it)."""
     import shlex
 
-    ids = list(pipeline.prompt_texts("smoke"))[:6]
-    rows = [dict(step=t, prompt_id=pid, n=4, successes=(i + t) % 5) for t in range(4)
-            for i, pid in enumerate(ids[t % 2: t % 2 + 4])]
-    rec = tmp_path / "prompts.jsonl"
-    pd.DataFrame(rows).to_json(rec, orient="records", lines=True)
+    rec = _records(tmp_path)
     settings = json.dumps({"bw=0.4": {"bandwidth": 0.4}})
     out = subprocess.run([sys.executable, "scripts/gp_settings_study.py", str(rec), settings, "--profile", "smoke",
                           "--references", "--out", str(tmp_path / "study.json")],
@@ -57,11 +59,7 @@ def test_gp_settings_script_with_the_paper_encoder_and_references(tmp_path):
     enc = tmp_path / "encoder"
     r = subprocess.run([sys.executable, "scripts/export_encoder.py", str(enc)], cwd=ROOT, capture_output=True, text=True)
     assert r.returncode == 0, r.stderr
-    ids = list(pipeline.prompt_texts("smoke"))[:6]
-    rows = [dict(step=t, prompt_id=pid, n=4, successes=(i + t) % 5) for t in range(4)
-            for i, pid in enumerate(ids[t % 2: t % 2 + 4])]
-    rec = tmp_path / "prompts.jsonl"
-    pd.DataFrame(rows).to_json(rec, orient="records", lines=True)
+    rec = _records(tmp_path)
     out = subprocess.run([sys.executable, "scripts/gp_settings_study.py", str(rec), json.dumps({"bw=0.2": {"bandwidth": 0.2}}),
                           "--profile", "smoke", "--encoder", str(enc), "--references"],
                          cwd=ROOT, capture_output=True, text=True, timeout=300)
