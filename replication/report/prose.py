@@ -55,9 +55,6 @@ def baseline_gains(root: Path) -> str:
     from replication.report.diagnostics import heldout_gain
     from replication.report.runs import load_eval
 
-    import yaml
-
-    params = yaml.safe_load((root / "params.yaml").read_text())
     lines = []
     for paper, label in PAPERS.items():
         s = _summary(root, paper)
@@ -71,7 +68,6 @@ def baseline_gains(root: Path) -> str:
                 moves = "rises" if g.lo > 0 else "falls" if g.hi < 0 else "within noise"
                 parts.append(f"{metric} {_pts(g.diff)} pts [{_pts(g.lo)}, {_pts(g.hi)}] ({moves})")
             lines.append(f"- {label} baseline {base} ({len(seeds)} seeds): " + "; ".join(parts) + ".")
-    del params
     return "\n".join(lines)
 
 

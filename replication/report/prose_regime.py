@@ -30,8 +30,8 @@ def regime_targets(root: Path) -> str:
     lines = ["| paper | target (issue 10) | arm | measured | target | pass |", "|---|---|---|---|---|---|"]
     for paper, label in PAPERS.items():
         d = pd.read_csv(root / "results" / paper / "tables" / "diagnostics.csv", keep_default_na=False)
-        for r in d.itertuples():
-            lines.append(f"| {label} | {r.diagnostic} | {r.arm} | {r.value} | {r.target} | {r._5 or '—'} |")
+        for r in d.to_dict("records"):  # by name: itertuples renames the keyword column "pass"
+            lines.append(f"| {label} | {r['diagnostic']} | {r['arm']} | {r['value']} | {r['target']} | {r['pass'] or '—'} |")
         for c in _summary(root, paper)["comparisons"]:
             if c["metric"] == "average mean@8":
                 ok = "PASS" if 100 * c["mde"] <= 1.5 else "FAIL"
