@@ -7,16 +7,18 @@ skipped in the backward pass, but the token-mean denominator still counts their 
 gradient is identical to the full computation (a measured 40–70 % saving, notes/tiny-loop.md).
 
 With several processes (``shard``, train/distributed.py) the mini-batches are drawn over the
-step's GLOBAL rows by the same seeded permutation on every rank; each rank backpropagates the
-rows of the mini-batch it holds over the mini-batch's global denominator, and the gradients are
-summed across ranks before clipping — the gradient one process computes with the whole batch.
+step's GLOBAL rows by the same seeded permutation on every rank; every rank holds the step's rows
+(gathered once, train/row_dispatch.py), each mini-batch's trainable rows are dealt out evenly
+over the ranks, each rank backpropagates its share over the mini-batch's global denominator, and
+the gradients are summed across ranks before clipping — the gradient one process computes with
+the whole batch.
 ``model`` is then the DDP wrapper (train/ddp.py: bucketed SUM all-reduce overlapped with the
 backward pass, one backward per rank and mini-batch) or the FSDP-sharded policy (train/fsdp.py:
 reduce-scattered as a SUM). A rank that holds none of a mini-batch's trainable rows still runs
 one zero-weight pass, so that every rank joins the same gradient collectives. The step's
-numbers that ranks exchange travel as tensors: one all-reduce per PPO epoch for the global
-denominators of all its mini-batches (plus one per mini-batch for DynaMO's extent), one all-gather per update for the diagnostics
-(update_stats.py).
+numbers that ranks exchange travel as tensors: the rows' all-gathers once per update, one
+all-reduce per mini-batch for DynaMO's extent, one all-gather per update for the diagnostics
+(update_stats.py) and one all-reduce per update that returns each row's loss to its rank.
 """
 
 from __future__ import annotations
@@ -37,6 +39,7 @@ from replication.rl.modulation import entropy_change_magnitude
 from replication.rollout.base import RolloutBatch
 from replication.train.distributed import RowShard, World
 from replication.train.fsdp import zero_pass
+from replication.train.row_dispatch import deal, gather_rows, own_rows
 from replication.train.update_stats import combine_over_ranks
 
 
@@ -74,9 +77,13 @@ def ppo_update(
     shard = shard if shard is not None else RowShard.whole(batch.n_rows)
     world = shard.world
     n = shard.n_global
-    adv_rows = torch.as_tensor(row_advantages, dtype=torch.float32)
-    row_loss = np.zeros(batch.n_rows)
-    row_kl = np.zeros(batch.n_rows)
+    # the step's rows, indexed globally (one process: the batch itself)
+    rows = gather_rows(batch, torch.as_tensor(row_advantages, dtype=torch.float32), row_weights, shard)
+    adv_rows = rows.advantages
+    trainable = adv_rows.numpy() != 0
+    row_cost = rows.attention_mask.sum(1).numpy()  # real tokens: what a row's passes cost
+    row_loss = np.zeros(n)
+    row_kl = np.zeros(n)
     collected: dict[str, list[float]] = {}
     per_mb: list[tuple[dict, float | None, dict | None]] = []
     use_kl = ref_model is not None and ppo_cfg.kl_coef > 0
@@ -85,19 +92,17 @@ def ppo_update(
         order = rng.permutation(n)
         plan = []
         for mb in np.array_split(order, min(mini_batches, n)):
-            mb_t = torch.as_tensor(shard.local(np.sort(mb)))  # this rank's rows of the mini-batch
-            mask = batch.completion_mask[mb_t].float()
+            mb = np.sort(mb)
+            # token-mean divides by the mini-batch's valid tokens, seq-mean modes by its rows
+            tokens = float(rows.completion_mask[torch.as_tensor(mb)].float().sum())
             # Zero-advantage rows contribute no gradient (without KL): train only the others,
             # with the full mini-batch's token count as the token-mean denominator.
             # DynaMO's H_min/H_max range over ALL valid tokens of the mini-batch, so with
             # modulation on every row is kept too.
-            keep = mb_t if (use_kl or modulation is not None) else mb_t[adv_rows[mb_t] != 0]
-            plan.append((mb, keep, float(mask.sum())))
-        # token-mean divides by the mini-batch's valid tokens, seq-mean modes by its rows, both
-        # counted over every rank's rows: one all-reduce for every mini-batch of the epoch
-        totals = world.reduce([x for _, keep, tokens in plan for x in (tokens, float(len(keep)))], "sum")
-        for j, (mb, keep, _) in enumerate(plan):
-            tokens, kept = totals[2 * j], totals[2 * j + 1]
+            train = mb if (use_kl or modulation is not None) else mb[trainable[mb]]
+            keep = torch.as_tensor(deal(train, row_cost[train], world.size)[world.rank])  # this rank's share
+            plan.append((mb, keep, tokens, len(train)))
+        for mb, keep, tokens, kept in plan:
             if ppo_cfg.aggregation == "token-mean":
                 denom = torch.tensor(float(tokens)).clamp_min(1.0)
             else:
@@ -106,17 +111,18 @@ def ppo_update(
             if kept > 0:
                 optimizer.zero_grad(set_to_none=True)
                 if len(keep) > 0:
-                    ids, attn = batch.input_ids[keep], batch.attention_mask[keep]
-                    kmask = batch.completion_mask[keep].float()
+                    cols = rows.columns(keep)
+                    ids, attn = rows.input_ids[keep, cols], rows.attention_mask[keep, cols]
+                    kmask = rows.completion_mask[keep, cols].float()
                     logp, ent = token_logprobs_and_entropy(model, ids, attn, temperature, completion_mask=kmask)
-                    old = batch.old_logprobs[keep]
+                    old = rows.old_logprobs[keep, cols]
                     adv_tok = adv_rows[keep].unsqueeze(1) * kmask
                 else:  # this rank holds none of the mini-batch: it only joins the collectives
                     logp = ent = old = adv_tok = kmask = None
                     if world.distributed:  # DDP's all-reduce / FSDP's gathers run in the passes
-                        zero_pass(model, batch.input_ids, batch.attention_mask, backward=True)
+                        zero_pass(model, rows.input_ids, rows.attention_mask, backward=True)
                         if use_kl and world.fsdp:  # the sharded reference model gathers too
-                            zero_pass(ref_model, batch.input_ids, batch.attention_mask, backward=False)
+                            zero_pass(ref_model, rows.input_ids, rows.attention_mask, backward=False)
                 mod_stats = {}
                 if modulation is not None:
                     extent = _modulation_extent(world, adv_tok, logp, old, ent, kmask, ppo_cfg, modulation.delta_h)
@@ -138,7 +144,7 @@ def ppo_update(
                     stats = {**res.stats, **mod_stats}
                     stats["entropy"] = float((ent.detach() * kmask).sum() / kmask.sum().clamp_min(1))
                     surrogate = (res.row_loss - res.row_kl).numpy()
-                    w = 1.0 if row_weights is None else row_weights[keep.numpy()]
+                    w = 1.0 if rows.weights is None else rows.weights[keep.numpy()]
                     # Mean over PPO epochs (gdro.md: the loss "as computed during the step's update").
                     row_loss[keep.numpy()] += (surrogate / w + res.row_kl.numpy()) / ppo_epochs
                     row_kl[keep.numpy()] += res.row_kl.numpy() / ppo_epochs
@@ -165,6 +171,7 @@ def ppo_update(
             if isinstance(v, (int, float)):
                 collected.setdefault(k, []).append(float(v))
     means = {k: float(np.nanmean(v)) if len(v) else float("nan") for k, v in collected.items()}
+    row_loss, row_kl = own_rows(shard, row_loss, row_kl)  # each row's loss back to its prompt's rank
     return UpdateResult(row_loss=row_loss, row_kl=row_kl, stats=means)
 
 
