@@ -165,12 +165,19 @@ def _recover(dest: Path) -> None:
             old.unlink(missing_ok=True)
 
 
+def _is_lock(name: str) -> bool:
+    """A writer-lock file's name (``lock_path``: ``.<artifact>.lock``)."""
+    return name.startswith(".") and name.endswith(".lock")
+
+
 def swap_products(staging: Path, dest: Path) -> list[str]:
     """Move every product in ``staging`` into ``dest`` (each one by rename: old one aside, new one
     in, old one removed), plus remove the CLEARED products the notebook no longer made.
-    Signals are held off for the few renames, so Ctrl-C cannot stop it halfway."""
+    Writer-lock files the notebook took in ``staging`` (``.<name>.lock``, replication.store) are
+    not products: they stay behind, so a lock another process holds in ``dest`` is never
+    renamed over. Signals are held off for the few renames, so Ctrl-C cannot stop it halfway."""
     dest.mkdir(parents=True, exist_ok=True)
-    names = sorted({p.name for p in staging.iterdir()} | set(CLEARED))
+    names = sorted({p.name for p in staging.iterdir() if not _is_lock(p.name)} | set(CLEARED))
     held = {signal.SIGINT, signal.SIGTERM, signal.SIGHUP}
     signal.pthread_sigmask(signal.SIG_BLOCK, held)
     olds = []

@@ -17,6 +17,7 @@ import pandas as pd
 
 from replication.report.gdro_signal import signal_conclusion
 from replication.report.paper_tables import LABEL, load_paper_table
+from replication.report.stats import MINUS
 
 
 def _pct(x: float, digits: int = 1) -> str:
@@ -246,7 +247,7 @@ def predictor_conclusion(mae: pd.DataFrame, paired: pd.DataFrame | None = None) 
         parts = []
         for r in paired.itertuples():
             verdict = ("GP better" if r.hi < 0 else "moving average better" if r.lo > 0 else "no difference shown")
-            parts.append(f"{r.subset} {r.diff:+.4f} [{r.lo:+.4f}, {r.hi:+.4f}] ({verdict})")
+            parts.append(f"{r.subset} {r.diff:+.4f} [{r.lo:+.4f}, {r.hi:+.4f}]".replace("-", MINUS) + f" ({verdict})")
         lines.append(f"GP − moving average, paired over {int(paired['n'].max())} seeds (95 % t CI): "
                      + "; ".join(parts) + ".")
     return "\n".join(lines)

@@ -27,6 +27,7 @@ import pandas as pd
 
 from replication.report import prose_gdro, prose_regime  # noqa: F401  (register their blocks)
 from replication.report.prose_registry import GENERATORS, PAPERS, _p, _pts, _summary, block  # noqa: F401
+from replication.report.stats import MINUS
 
 PROSE_FILES = ("README.md", "docs/gradient_variance.md", "docs/regime.md", "docs/fidelity/gdro.md")
 BLOCK = re.compile(r"(<!-- gen:(?P<name>[\w.-]+) -->\n)(?P<body>.*?)(<!-- /gen:(?P=name) -->)", re.S)
@@ -110,7 +111,8 @@ def predictor(root: Path) -> str:
         pc = pd.read_csv(paired).set_index("subset")
         seeds = int(pc["n"].max())
         lines += ["", f"GP − moving average, paired over {seeds} seeds (mean [95 % CI]): " + "; ".join(
-            f"{c} {pc.at[c, 'diff']:+.4f} [{pc.at[c, 'lo']:+.4f}, {pc.at[c, 'hi']:+.4f}]" for c in cols if c in pc.index)
+            f"{c} {pc.at[c, 'diff']:+.4f} [{pc.at[c, 'lo']:+.4f}, {pc.at[c, 'hi']:+.4f}]".replace("-", MINUS)
+            for c in cols if c in pc.index)
             + "."]
     return "\n".join(lines)
 

@@ -115,8 +115,8 @@ def test_predictor_paragraph_carries_the_ci_over_seeds(tmp_path):
     text = predictor_conclusion(mae, paired)
     assert "mean over 10 seeds' uniform RLOO runs" in text
     assert "paired over 10 seeds" in text
-    assert "seen -0.0011 [-0.0030, +0.0008] (no difference shown)" in text
-    assert "unseen -0.0500 [-0.0550, -0.0450] (GP better)" in text
+    assert "seen −0.0011 [−0.0030, +0.0008] (no difference shown)" in text
+    assert "unseen −0.0500 [−0.0550, −0.0450] (GP better)" in text
     mae.to_csv(tmp_path / "predictor_study.csv", index=False)
     paired.to_csv(tmp_path / "predictor_vs_reference.csv", index=False)
     cmp = pd.DataFrame([{"arm": "x", "baseline": "b", "set": "average", "metric": "mean@4", "diff": 0.0,

@@ -62,7 +62,7 @@ def test_predictor_block_gives_the_paired_difference_over_seeds(tmp_path):
                   {"subset": "unseen", "diff": -0.05, "lo": -0.055, "hi": -0.045, "n": 10}]).to_csv(
         tables / "predictor_vs_reference.csv", index=False)
     block = prose.GENERATORS["predictor"](tmp_path)
-    assert "paired over 10 seeds (mean [95 % CI]): seen -0.0011 [-0.0030, +0.0008]; unseen -0.0500" in block
+    assert "paired over 10 seeds (mean [95 % CI]): seen −0.0011 [−0.0030, +0.0008]; unseen −0.0500" in block
 
 
 def test_vip_upper_bound_block_reads_the_comparisons(tmp_path):

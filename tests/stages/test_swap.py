@@ -30,6 +30,23 @@ def test_swap_replaces_products_clears_stale_ones_and_keeps_runs(tmp_path):
     assert not list(dest.glob(".*"))
 
 
+def test_writer_locks_taken_in_staging_are_not_swapped_in(tmp_path):
+    """The notebook locks its gradient-variance folder in staging; the destination's own lock
+    (maybe held by another writer) must never be renamed over or removed."""
+    from replication.store.lock import lock_path
+
+    dest, staging = tmp_path / "vip", tmp_path / ".vip.stage-1"
+    (staging / "gradient_variance").mkdir(parents=True)
+    (staging / "gradient_variance" / "v.csv").write_text("new")
+    lock_path(staging / "gradient_variance").write_text('{"pid": 1}')
+    dest.mkdir()
+    lock_path(dest / "gradient_variance").write_text('{"pid": 2}')
+    names = swap_products(staging, dest)
+    assert ".gradient_variance.lock" not in names
+    assert lock_path(dest / "gradient_variance").read_text() == '{"pid": 2}'
+    assert (dest / "gradient_variance" / "v.csv").read_text() == "new"
+
+
 def test_a_swap_cut_between_its_renames_is_recovered(tmp_path):
     dest = tmp_path / "vip"
     (dest / ".tables.old-77").mkdir(parents=True)  # old tables moved aside, new ones never came
