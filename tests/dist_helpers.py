@@ -106,3 +106,18 @@ def _same_run(a: Path, b: Path) -> None:
     assert set(wa) == set(wb)
     worst = max(float((wa[k] - wb[k]).abs().max()) for k in wa)
     assert worst <= TOL, worst
+
+
+def run_two_ranks(script_text: str, tmp_path: Path, timeout: int = 120) -> list[dict]:
+    """Run ``script_text`` as 2 gloo ranks (RANK/WORLD_SIZE/MASTER_* set, argv[1] = tmp_path)
+    and return what each rank dumped into ``tmp_path/rank<r>.json``."""
+    script = tmp_path / "ranks.py"
+    script.write_text(script_text)
+    port = _free_port()
+    procs = [subprocess.Popen([sys.executable, str(script), str(tmp_path)], stderr=subprocess.PIPE, text=True,
+                              env={**_env(), "RANK": str(r), "WORLD_SIZE": "2", "LOCAL_RANK": str(r),
+                                   "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(port)})
+             for r in (0, 1)]
+    errs = [p.communicate(timeout=timeout)[1] for p in procs]
+    assert [p.returncode for p in procs] == [0, 0], errs
+    return [json.loads((tmp_path / f"rank{r}.json").read_text()) for r in (0, 1)]

@@ -6,15 +6,11 @@ The end-to-end "2 ranks equal 1 process" runs are in test_distributed.py."""
 
 from __future__ import annotations
 
-import json
-import subprocess
-import sys
-
 import numpy as np
 import pytest
 import torch
 
-from dist_helpers import _env, _free_port
+from dist_helpers import run_two_ranks
 
 RANKS = r"""
 import json, math, sys
@@ -78,16 +74,7 @@ world.close()
 
 
 def test_ddp_sum_and_tensor_collectives(tmp_path):
-    script = tmp_path / "ranks.py"
-    script.write_text(RANKS)
-    port = _free_port()
-    procs = [subprocess.Popen([sys.executable, str(script), str(tmp_path)], stderr=subprocess.PIPE, text=True,
-                              env={**_env(), "RANK": str(r), "WORLD_SIZE": "2", "LOCAL_RANK": str(r),
-                                   "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(port)})
-             for r in (0, 1)]
-    errs = [p.communicate(timeout=120)[1] for p in procs]
-    assert [p.returncode for p in procs] == [0, 0], errs
-    res = [json.loads((tmp_path / f"rank{r}.json").read_text()) for r in (0, 1)]
+    res = run_two_ranks(RANKS, tmp_path)
     for o in res:  # every rank gets the same, rank-ordered answers
         assert o["bool"] == [[True, False, True], [False]] and o["bool_dtype"] == "bool"
         assert o["ints"] == [2**40, 0, 2**40 + 1, -1]  # integers exact

@@ -9,15 +9,11 @@ update equals the 1-process one is tests/train/test_distributed.py's end-to-end 
 
 from __future__ import annotations
 
-import json
-import subprocess
-import sys
-
 import numpy as np
 import pytest
 import torch
 
-from dist_helpers import _env, _free_port
+from dist_helpers import run_two_ranks
 from replication.rl import token_logprobs_and_entropy
 from replication.train.row_dispatch import StepRows, deal
 
@@ -129,21 +125,8 @@ world.close()
 """
 
 
-def _run_ranks(tmp_path) -> list[dict]:
-    script = tmp_path / "ranks.py"
-    script.write_text(RANKS)
-    port = _free_port()
-    procs = [subprocess.Popen([sys.executable, str(script), str(tmp_path)], stderr=subprocess.PIPE, text=True,
-                              env={**_env(), "RANK": str(r), "WORLD_SIZE": "2", "LOCAL_RANK": str(r),
-                                   "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(port)})
-             for r in (0, 1)]
-    errs = [p.communicate(timeout=120)[1] for p in procs]
-    assert [p.returncode for p in procs] == [0, 0], errs
-    return [json.loads((tmp_path / f"rank{r}.json").read_text()) for r in (0, 1)]
-
-
 def test_two_ranks_gather_aligned_rows_and_get_their_losses_back(tmp_path):
-    res = _run_ranks(tmp_path)
+    res = run_two_ranks(RANKS, tmp_path)
     a, b = res
     for k in ("ids", "attn", "comp", "old", "adv", "w"):
         assert a[k] == b[k], k  # every rank holds the same global rows
