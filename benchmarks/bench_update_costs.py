@@ -1,0 +1,78 @@
+"""The per-replica costs of a replicated update on CPU, each measured alone (docs/paper_scale.md §5):
+the gradient all-reduce over gloo between 2 processes, and the AdamW step and gradient clip over
+the whole policy (and over half of it, what one of 2 ranks would step with a sharded optimizer).
+
+    .venv/bin/python benchmarks/bench_update_costs.py --model .cache/smollm2-135m-instruct
+
+Launches itself under ``torch.distributed.run`` (2 processes, 1 thread each); rank 0 prints the
+median of ``--repeats`` timings per cost.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import subprocess
+import sys
+import time
+
+
+def _median(fn, repeats: int) -> float:
+    out = []
+    for _ in range(repeats):
+        t0 = time.perf_counter()
+        fn()
+        out.append(time.perf_counter() - t0)
+    return statistics.median(out)
+
+
+def _ranks(args: argparse.Namespace) -> None:
+    import torch
+    import torch.distributed as dist
+    from transformers import AutoModelForCausalLM
+
+    torch.set_num_threads(1)
+    dist.init_process_group("gloo")
+    params = [p for p in AutoModelForCausalLM.from_pretrained(args.model, dtype=torch.float32).parameters()]
+    n = sum(p.numel() for p in params)
+    flat = torch.randn(n)
+
+    def all_reduce():
+        dist.barrier()
+        dist.all_reduce(flat)
+
+    rows = {"gradient all-reduce, 2 ranks (s)": _median(all_reduce, args.repeats)}
+    if dist.get_rank() == 0:
+        for p in params:
+            p.grad = torch.randn_like(p) * 1e-3
+        half = params[: len(params) // 2]
+        full_opt = torch.optim.AdamW(params, lr=1e-6, foreach=True)
+        half_opt = torch.optim.AdamW(half, lr=1e-6, foreach=True)
+        full_opt.step(), half_opt.step()  # state allocated: time the steady step
+        rows["AdamW step, all parameters (s)"] = _median(full_opt.step, args.repeats)
+        rows[f"AdamW step, first half of the tensors ({sum(p.numel() for p in half) / 1e6:.0f} M) (s)"] = \
+            _median(half_opt.step, args.repeats)
+        rows["gradient clip, all parameters (s)"] = _median(
+            lambda: torch.nn.utils.clip_grad_norm_(params, 1.0, foreach=True), args.repeats)
+        print(f"{n / 1e6:.1f} M parameters, {4 * n / 2**20:.0f} MiB of fp32 gradient; median of {args.repeats}")
+        for k, v in rows.items():
+            print(f"{k:>55} {v:8.3f}")
+    dist.barrier()
+    dist.destroy_process_group()
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--model", required=True, help="HF folder of the policy")
+    ap.add_argument("--repeats", type=int, default=3)
+    args = ap.parse_args()
+    if "RANK" in os.environ:
+        return _ranks(args)
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2", __file__,
+           "--model", args.model, "--repeats", str(args.repeats)]
+    sys.exit(subprocess.run(cmd, env={**os.environ, "OMP_NUM_THREADS": "1"}).returncode)
+
+
+if __name__ == "__main__":
+    main()
