@@ -1,7 +1,7 @@
 """Step time of the trainer with 1 process vs 2 processes (torchrun, gloo) on CPU.
 
     .venv/bin/python benchmarks/bench_processes.py --model results/base-model [--steps 8] \
-        [--profile default] [--allocator uniform] [--prompts 64]
+        [--profile default] [--allocator uniform] [--prompts 64] [--set optim.fused=true ...]
 
 Runs ``python -m replication train`` on the same global batch — 1 process × 1 thread,
 1 process × 2 threads, 2 processes × 1 thread (``python -m torch.distributed.run --standalone
@@ -53,7 +53,7 @@ def run(nproc: int, threads: int, args: argparse.Namespace, out: Path,
         "--seed", "0", "--out", str(out), "--no-progress", "--max-steps", str(args.steps),
         "--set", f"model.threads={threads}", "--set", f"rollout.prompts_per_step={args.prompts}",
         "--set", f"eval.prompts_per_set={args.eval_prompts}", "--set", f"model.sharding={sharding}",
-    ]
+    ] + _overrides(args)
     t0 = time.perf_counter()
     p = subprocess.run(cmd, env=_env(threads), capture_output=True, text=True)
     wall = time.perf_counter() - t0
@@ -64,6 +64,11 @@ def run(nproc: int, threads: int, args: argparse.Namespace, out: Path,
     split = [{ph: statistics.median(s.get(f"rank_{ph}_seconds", [s.get(f"{ph}_seconds", 0.0)])[r] for s in steps)
               for ph in PHASES} for r in range(ranks)]
     return statistics.median(s["step_seconds"] for s in steps), wall, split
+
+
+def _overrides(args: argparse.Namespace) -> list[str]:
+    """``--set`` overrides given to the benchmark, passed to every way alike."""
+    return [a for kv in args.set for a in ("--set", kv)]
 
 
 def _env(threads: int) -> dict[str, str]:
@@ -90,7 +95,7 @@ def _run_free(nproc: int, args: argparse.Namespace, out: Path) -> tuple[float, f
                "--allocator", args.allocator, "--seed", str(r), "--out", str(outs[-1]), "--no-progress",
                "--max-steps", str(args.steps), "--set", "model.threads=1",
                "--set", f"rollout.prompts_per_step={args.prompts // nproc}",
-               "--set", f"eval.prompts_per_set={args.eval_prompts}"]
+               "--set", f"eval.prompts_per_set={args.eval_prompts}"] + _overrides(args)
         procs.append((cmd, subprocess.Popen(cmd, env=_env(1), stdout=subprocess.DEVNULL,
                                             stderr=subprocess.PIPE, text=True)))
     for cmd, p in procs:
@@ -115,9 +120,12 @@ def main() -> None:
     ap.add_argument("--eval-prompts", type=int, default=16, help="held-out prompts per set")
     ap.add_argument("--ways", default="1x1,1x2,2x1,2x1fsdp,2x1free",
                     help="which ways to run (comma-separated; ratios need 1x1 and 2x1)")
+    ap.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
+                    help="a config override for every way alike (e.g. optim.fused=true)")
     args = ap.parse_args()
     print(f"profile={args.profile} allocator={args.allocator} prompts/step={args.prompts} "
-          f"steps={args.steps} cpus={os.cpu_count()} load={os.getloadavg()[0]:.2f}")
+          f"steps={args.steps} cpus={os.cpu_count()} load={os.getloadavg()[0]:.2f}"
+          + "".join(f" {kv}" for kv in args.set))
     print(f"{'processes x threads':>26} {'median step s':>14} {'wall s':>8} {'load 1-min':>11}")
     rows, splits = {}, {}
     with tempfile.TemporaryDirectory() as tmp:

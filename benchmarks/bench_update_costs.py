@@ -1,6 +1,9 @@
 """The per-replica costs of a replicated update on CPU, each measured alone (docs/paper_scale.md §5):
-the gradient all-reduce over gloo between 2 processes, and the AdamW step and gradient clip over
-the whole policy (and over half of it, what one of 2 ranks would step with a sharded optimizer).
+the gradient all-reduce over gloo between 2 processes, the AdamW step with each of torch's
+kernels (the per-parameter loop, the trainer's default; foreach; fused, ``optim.fused``) over the
+whole policy and over half of it (what one of 2 ranks would step with a sharded optimizer), the
+gradient clip, and the AdamW step over the FSDP-sharded policy (foreach, the FSDP default, and
+fused).
 
     .venv/bin/python benchmarks/bench_update_costs.py --model .cache/smollm2-135m-instruct
 
@@ -43,23 +46,57 @@ def _ranks(args: argparse.Namespace) -> None:
         dist.all_reduce(flat)
 
     rows = {"gradient all-reduce, 2 ranks (s)": _median(all_reduce, args.repeats)}
+    kernels = {"loop": {"foreach": False}, "foreach": {"foreach": True}, "fused": {"fused": True}}
     if dist.get_rank() == 0:
         for p in params:
             p.grad = torch.randn_like(p) * 1e-3
         half = params[: len(params) // 2]
-        full_opt = torch.optim.AdamW(params, lr=1e-6, foreach=True)
-        half_opt = torch.optim.AdamW(half, lr=1e-6, foreach=True)
-        full_opt.step(), half_opt.step()  # state allocated: time the steady step
-        rows["AdamW step, all parameters (s)"] = _median(full_opt.step, args.repeats)
-        rows[f"AdamW step, first half of the tensors ({sum(p.numel() for p in half) / 1e6:.0f} M) (s)"] = \
-            _median(half_opt.step, args.repeats)
+        for kernel, kw in kernels.items():  # the trainer's default is the loop (optim.fused)
+            full_opt = torch.optim.AdamW(params, lr=1e-6, **kw)
+            half_opt = torch.optim.AdamW(half, lr=1e-6, **kw)
+            full_opt.step(), half_opt.step()  # state allocated: time the steady step
+            rows[f"AdamW step ({kernel}), all parameters (s)"] = _median(full_opt.step, args.repeats)
+            rows[f"AdamW step ({kernel}), first half of the tensors "
+                 f"({sum(p.numel() for p in half) / 1e6:.0f} M) (s)"] = _median(half_opt.step, args.repeats)
+            del full_opt, half_opt
         rows["gradient clip, all parameters (s)"] = _median(
             lambda: torch.nn.utils.clip_grad_norm_(params, 1.0, foreach=True), args.repeats)
+    dist.barrier()
+    rows.update(_fsdp_rows(args))
+    if dist.get_rank() == 0:
         print(f"{n / 1e6:.1f} M parameters, {4 * n / 2**20:.0f} MiB of fp32 gradient; median of {args.repeats}")
         for k, v in rows.items():
-            print(f"{k:>55} {v:8.3f}")
+            print(f"{k:>60} {v:8.3f}")
     dist.barrier()
     dist.destroy_process_group()
+
+
+def _fsdp_rows(args: argparse.Namespace) -> dict[str, float]:
+    """The AdamW step over an FSDP-sharded policy (train/fsdp.py's layout: every decoder layer,
+    then the root), both ranks stepping their shards at once: the steady step and the first one,
+    whose DTensor sharding propagation is paid once per op."""
+    import torch
+    import torch.distributed as dist
+    from torch.distributed.device_mesh import init_device_mesh
+    from torch.distributed.fsdp import fully_shard
+    from torch.distributed.tensor import DTensor
+    from transformers import AutoModelForCausalLM
+
+    model = AutoModelForCausalLM.from_pretrained(args.model, dtype=torch.float32)
+    mesh = init_device_mesh("cpu", (dist.get_world_size(),))
+    for block in model.model.layers:
+        fully_shard(block, mesh=mesh)
+    fully_shard(model, mesh=mesh)
+    for p in model.parameters():
+        p.grad = DTensor.from_local(torch.randn_like(p.to_local()) * 1e-3, p.device_mesh, p.placements)
+    rows = {}
+    for kernel, kw in {"foreach": {"foreach": True}, "fused": {"fused": True}}.items():
+        opt = torch.optim.AdamW(model.parameters(), lr=1e-6, **kw)
+        dist.barrier()
+        rows[f"FSDP AdamW step ({kernel}), first step, 2 ranks at once (s)"] = _median(opt.step, 1)
+        rows[f"FSDP AdamW step ({kernel}), steady, 2 ranks at once (s)"] = _median(
+            lambda: (dist.barrier(), opt.step()), args.repeats)
+    return rows
 
 
 def main() -> None:

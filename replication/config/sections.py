@@ -57,6 +57,13 @@ class OptimConfig:
     """Global grad-norm clip (papers: 1.0)."""
     betas: tuple = (0.9, 0.999)
     """AdamW betas."""
+    fused: bool = False
+    """torch's fused AdamW kernel: one pass over all parameters (under FSDP one DTensor dispatch
+    for all shards) instead of a loop over them. Same update, not the same bits: after one step
+    the logged numbers differ from the loop's by ~1e-6 relative (measured on the golden runs), so
+    the CPU profiles, whose numbers are committed, keep torch's default loop (FSDP: the
+    multi-tensor foreach, whose DTensor dispatch is per op, not per parameter); the paper-scale
+    GPU profiles set it, as GPU RL trainers do. benchmarks/bench_update_costs.py times both."""
 
 
 @dataclasses.dataclass

@@ -32,6 +32,7 @@ from replication.config import ConfigError, load_profile
 from replication.orchestration.workspace import (LOCK_ENV, PRODUCTS_ENV, PUBLISHED_PROFILE, RESULTS, WORKSPACE,
                                                  committed_params, stage_marker)
 from replication.stage_params import PAPER_STAGES, STAGES, load_params, validate_stage
+from replication.store.lock import is_lock_file
 
 CLEARED = ("tables", "figures", "summary.json")
 """Products replaced as a whole on success (a table or figure no longer made does not linger)."""
@@ -165,11 +166,6 @@ def _recover(dest: Path) -> None:
             old.unlink(missing_ok=True)
 
 
-def _is_lock(name: str) -> bool:
-    """A writer-lock file's name (``lock_path``: ``.<artifact>.lock``)."""
-    return name.startswith(".") and name.endswith(".lock")
-
-
 def swap_products(staging: Path, dest: Path) -> list[str]:
     """Move every product in ``staging`` into ``dest`` (each one by rename: old one aside, new one
     in, old one removed), plus remove the CLEARED products the notebook no longer made.
@@ -177,7 +173,7 @@ def swap_products(staging: Path, dest: Path) -> list[str]:
     not products: they stay behind, so a lock another process holds in ``dest`` is never
     renamed over. Signals are held off for the few renames, so Ctrl-C cannot stop it halfway."""
     dest.mkdir(parents=True, exist_ok=True)
-    names = sorted({p.name for p in staging.iterdir() if not _is_lock(p.name)} | set(CLEARED))
+    names = sorted({p.name for p in staging.iterdir() if not is_lock_file(p.name)} | set(CLEARED))
     held = {signal.SIGINT, signal.SIGTERM, signal.SIGHUP}
     signal.pthread_sigmask(signal.SIG_BLOCK, held)
     olds = []

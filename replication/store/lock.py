@@ -33,6 +33,11 @@ def lock_path(target: str | Path) -> Path:
     return target.parent / f".{target.name}.lock"
 
 
+def is_lock_file(name: str) -> bool:
+    """Whether a file name is a writer lock's (``lock_path``: ``.<artifact>.lock``)."""
+    return name.startswith(".") and name.endswith(".lock")
+
+
 def _holder(path: Path) -> str:
     try:
         info = json.loads(path.read_text() or "{}")

@@ -212,10 +212,11 @@ def build_components(cfg: TrainConfig, world: World = World()) -> Components:
         if ref_model is not None:
             shard_policy(ref_model, world)
     o = cfg.optim
-    # FSDP: the multi-tensor AdamW (one DTensor dispatch per op for all shards, not one per
-    # parameter); one process and DDP keep torch's default, so their numbers do not move
+    # optim.fused: one kernel over all parameters. Otherwise torch's default loop (the committed
+    # numbers), or under FSDP the multi-tensor AdamW (one DTensor dispatch per op for all shards)
+    kernel = {"fused": True} if o.fused else {"foreach": True if world.fsdp else None}
     optimizer = torch.optim.AdamW(model.parameters(), lr=o.lr, weight_decay=o.weight_decay,
-                                  betas=tuple(o.betas), foreach=True if world.fsdp else None)
+                                  betas=tuple(o.betas), **kernel)
     warm = max(o.warmup_steps * cfg.rl.mini_batches * cfg.rl.ppo_epochs, 0)
     scheduler = torch.optim.lr_scheduler.LambdaLR(
         optimizer, lambda i: min(1.0, (i + 1) / warm) if warm > 0 else 1.0

@@ -81,7 +81,8 @@ def ppo_update(
     rows = gather_rows(batch, torch.as_tensor(row_advantages, dtype=torch.float32), row_weights, shard)
     adv_rows = rows.advantages
     trainable = adv_rows.numpy() != 0
-    row_cost = rows.attention_mask.sum(1).numpy()  # real tokens: what a row's passes cost
+    # real tokens: what a row's passes cost (the deal's measure; one process deals nothing)
+    row_cost = rows.attention_mask.sum(1).numpy() if world.distributed else np.zeros(n)
     row_loss = np.zeros(n)
     row_kl = np.zeros(n)
     collected: dict[str, list[float]] = {}

@@ -243,6 +243,7 @@ FSDP = ("--set", "model.sharding=fsdp")
 @pytest.mark.parametrize("case,extra", [
     ("dynamo+modulation", ()),
     ("rollout-gdro+prompt-gdro", ("--set", "rl.kl_coef=0.05")),  # the reference model is sharded too
+    ("vip", ("--set", "optim.fused=true")),  # the fused AdamW over DTensor shards, both sides
 ])
 def test_two_fsdp_processes_equal_one(small_overrides, tmp_path, case, extra):
     """The policy FSDP-sharded over 2 ranks (train/fsdp.py): same files as one process, within

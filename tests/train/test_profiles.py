@@ -34,6 +34,7 @@ def test_paper_profiles_follow_the_papers():
     assert dyn.rl.modulation == "dynamo" and dyn.rl.clip_high == 0.28
     assert (gdro.rollout.mean_rollouts, gdro.rollout.lower, gdro.rollout.upper) == (4, 2, 12)
     assert gdro.rl.kl_coef == 0.001 and gdro.rollout.sampling.top_k == 20 and gdro.eval.k == 8
+    assert all(p.optim.fused for p in (vip, dyn, gdro))  # GPU profiles: the fused AdamW kernel
 
 
 @pytest.mark.parametrize("text, expect", [
