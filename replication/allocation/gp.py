@@ -51,8 +51,9 @@ class GPConfig:
     """Prior mean of g = logit(p) for every prompt. Paper: 0. Official code: −5 (or −1)."""
     noise: float = 1.0
     """Observation noise σ_n² of ĝ. Paper: value not found; official code: none (jitter only).
-    1.0 ≈ the sampling variance of logit(k/n), 1/(n p(1−p)), at n = 8 for p in [0.2, 0.8], and
-    in the flat optimum of a synthetic check (docs/fidelity/vip.md); near 0 it overfits."""
+    1.0 ≈ the sampling variance of logit(k/n), 1/(n p(1−p)), at n = 8 for p in [0.2, 0.8]. Near 0
+    the GP interpolates single groups' noisy logits: on the synthetic check of docs/fidelity/vip.md
+    #5/#6 (scripts/gp_synthetic_check.py, its table generated) the code's σ_n² and ε predict worst."""
     jitter: float = 1e-4
     """Added to the diagonal with σ_n² before the Cholesky (official code: 1e-4)."""
     clip_eps: float = 0.01

@@ -29,7 +29,8 @@ from replication.report import prose_gdro, prose_regime  # noqa: F401  (register
 from replication.report.prose_registry import GENERATORS, PAPERS, _p, _pts, _summary, block  # noqa: F401
 from replication.report.stats import MINUS
 
-PROSE_FILES = ("README.md", "docs/gradient_variance.md", "docs/regime.md", "docs/fidelity/gdro.md")
+PROSE_FILES = ("README.md", "docs/gradient_variance.md", "docs/regime.md", "docs/fidelity/gdro.md",
+               "docs/fidelity/vip.md")
 BLOCK = re.compile(r"(<!-- gen:(?P<name>[\w.-]+) -->\n)(?P<body>.*?)(<!-- /gen:(?P=name) -->)", re.S)
 @block("headline")
 def headline(root: Path) -> str:
