@@ -1,6 +1,8 @@
 """Generated blocks of docs/regime.md (issue 20.3 and 20.5): the regime's targets as the notebooks
 measured them, and the two choices made on seeds the reported results do not use — the GP's
-settings (one uniform RLOO run, seed 100) and the task mix (uniform GRPO, seeds 100–103).
+settings (one uniform RLOO run, seed 100) and the task mix (uniform GRPO, seeds 100–103). Also
+docs/fidelity/vip.md's ``gp-synthetic-check``: the GP's σ_n² × ε grid on a synthetic pool
+(scripts/gp_synthetic_check.py).
 
 The choices' evidence lives in ``results/regime/`` (written by scripts/gp_settings_study.py
 ``--out`` and scripts/task_mix_study.py); each block applies the rule fixed in docs/regime.md to it
