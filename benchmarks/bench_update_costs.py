@@ -72,21 +72,19 @@ def _ranks(args: argparse.Namespace) -> None:
 
 
 def _fsdp_rows(args: argparse.Namespace) -> dict[str, float]:
-    """The AdamW step over an FSDP-sharded policy (train/fsdp.py's layout: every decoder layer,
-    then the root), both ranks stepping their shards at once: the steady step and the first one,
+    """The AdamW step over the policy sharded as the trainer shards it (train/fsdp.shard_policy:
+    every decoder layer, then the root), both ranks stepping their shards at once: the steady step and the first one,
     whose DTensor sharding propagation is paid once per op."""
     import torch
     import torch.distributed as dist
-    from torch.distributed.device_mesh import init_device_mesh
-    from torch.distributed.fsdp import fully_shard
     from torch.distributed.tensor import DTensor
     from transformers import AutoModelForCausalLM
 
+    from replication.train.distributed import World
+    from replication.train.fsdp import shard_policy
+
     model = AutoModelForCausalLM.from_pretrained(args.model, dtype=torch.float32)
-    mesh = init_device_mesh("cpu", (dist.get_world_size(),))
-    for block in model.model.layers:
-        fully_shard(block, mesh=mesh)
-    fully_shard(model, mesh=mesh)
+    shard_policy(model, World(rank=dist.get_rank(), size=dist.get_world_size(), fsdp=True))  # the trainer's layout
     for p in model.parameters():
         p.grad = DTensor.from_local(torch.randn_like(p.to_local()) * 1e-3, p.device_mesh, p.placements)
     rows = {}
