@@ -1,7 +1,8 @@
 """Step time of the trainer with 1 process vs 2 processes (torchrun, gloo) on CPU.
 
     .venv/bin/python benchmarks/bench_processes.py --model results/base-model [--steps 8] \
-        [--profile default] [--allocator uniform] [--prompts 64] [--set optim.fused=true ...]
+        [--profile default] [--allocator uniform] [--prompts 64] [--set optim.fused=true ...] \
+        [--repeats 3] [--json out.json]
 
 Runs ``python -m replication train`` on the same global batch — 1 process × 1 thread,
 1 process × 2 threads, 2 processes × 1 thread (``python -m torch.distributed.run --standalone
@@ -19,7 +20,10 @@ CPU seconds in the step, which on a machine shared with other jobs tell what the
 take with a core of its own). A 2-process step
 is generation and update on half the rollouts each; the replicated policy's gradients are
 all-reduced by DDP in buckets during backward (inside ``update``). The numbers depend on the
-machine's other load: run it on an idle machine and read them as a ratio.
+machine's other load: run it on an idle machine and read them as a ratio. On this 2-core machine
+the same way's step moves by 10-20 % from one run to the next, as much as the margins the targets
+ask for, so ``--repeats N`` runs N rounds of every way, interleaved (each round's order rotated by
+one), takes each ratio within a round, and prints the median over rounds with its range.
 """
 
 from __future__ import annotations
@@ -110,6 +114,32 @@ def _run_free(nproc: int, args: argparse.Namespace, out: Path) -> tuple[float, f
     return step, wall, split
 
 
+WAYS = {"1x1": (1, 1, "replicate"), "1x2": (1, 2, "replicate"), "2x1": (2, 1, "replicate"),
+        "2x1fsdp": (2, 1, "fsdp"), "2x1free": (2, 1, "free")}
+LABELS = {"1x1": "1 x 1", "1x2": "1 x 2", "2x1": "2 x 1", "2x1fsdp": "2 x 1 (fsdp)", "2x1free": "2 x 1 (no comm)"}
+RATIOS = (("2 x 1 / 1 x 1 (replicated)", "2x1", "1x1"), ("2 x 1 / 1 x 1 (FSDP)", "2x1fsdp", "1x1"),
+          ("2 x 1 no comm / 1 x 1 (the floor)", "2x1free", "1x1"), ("2 x 1 / 2 x 1 no comm", "2x1", "2x1free"),
+          ("FSDP / replicated", "2x1fsdp", "2x1"), ("2 x 1 / 1 x 2", "2x1", "1x2"))
+
+
+def round_order(ways: list[str], k: int) -> list[str]:
+    """Round ``k``'s order of the ways: rotated by one per round, so that no way always runs
+    first (on a warm or a cold machine) or right after the same neighbour."""
+    k %= max(len(ways), 1)
+    return ways[k:] + ways[:k]
+
+
+def summarize(rounds: list[dict[str, float]]) -> list[tuple[str, list[float]]]:
+    """Each ratio's value in every round that ran both of its ways (a ratio is taken within a
+    round, between ways that ran minutes apart, never across rounds)."""
+    out = []
+    for name, a, b in RATIOS:
+        vals = [r[a] / r[b] for r in rounds if a in r and b in r]
+        if vals:
+            out.append((name, vals))
+    return out
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--model", required=True, help="HF folder of the policy (e.g. results/base-model)")
@@ -120,34 +150,51 @@ def main() -> None:
     ap.add_argument("--eval-prompts", type=int, default=16, help="held-out prompts per set")
     ap.add_argument("--ways", default="1x1,1x2,2x1,2x1fsdp,2x1free",
                     help="which ways to run (comma-separated; ratios need 1x1 and 2x1)")
+    ap.add_argument("--repeats", type=int, default=1,
+                    help="rounds of every way, interleaved (each round rotates the order); ratios are "
+                         "taken within a round and printed as the median over rounds with their range")
     ap.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
                     help="a config override for every way alike (e.g. optim.fused=true)")
+    ap.add_argument("--json", type=Path, default=None, help="also write every round's figures here")
     args = ap.parse_args()
+    ways = args.ways.split(",")
+    unknown = [w for w in ways if w not in WAYS]
+    if unknown or args.repeats < 1:
+        sys.exit(f"unknown ways {unknown} (known: {', '.join(WAYS)})" if unknown else "--repeats must be >= 1")
     print(f"profile={args.profile} allocator={args.allocator} prompts/step={args.prompts} "
-          f"steps={args.steps} cpus={os.cpu_count()} load={os.getloadavg()[0]:.2f}"
+          f"steps={args.steps} repeats={args.repeats} cpus={os.cpu_count()} load={os.getloadavg()[0]:.2f}"
           + "".join(f" {kv}" for kv in args.set))
-    print(f"{'processes x threads':>26} {'median step s':>14} {'wall s':>8} {'load 1-min':>11}")
-    rows, splits = {}, {}
+    print(f"{'round':>5} {'processes x threads':>20} {'median step s':>14} {'wall s':>8} {'load 1-min':>11}")
+    rounds: list[dict[str, float]] = []
+    splits: dict[str, list[list[dict[str, float]]]] = {}
     with tempfile.TemporaryDirectory() as tmp:
-        ways = {"1x1": (1, 1, "replicate"), "1x2": (1, 2, "replicate"), "2x1": (2, 1, "replicate"),
-                "2x1fsdp": (2, 1, "fsdp"), "2x1free": (2, 1, "free")}
-        for nproc, threads, sharding in (ways[w] for w in args.ways.split(",")):
-            step, wall, split = run(nproc, threads, args, Path(tmp) / f"p{nproc}t{threads}{sharding}", sharding)
-            label = f"{nproc} x {threads}" + {"fsdp": " (fsdp)", "free": " (no comm)"}.get(sharding, "")
-            rows[(nproc, threads, sharding)], splits[label] = step, split
-            print(f"{label:>26} {step:14.3f} {wall:8.1f} {os.getloadavg()[0]:11.2f}")
-    one, two, fsdp, two_threads, free = (rows.get(w) for w in ((1, 1, "replicate"), (2, 1, "replicate"),
-                                                                (2, 1, "fsdp"), (1, 2, "replicate"), (2, 1, "free")))
-    for name, a, b in (("2 x 1 / 1 x 1 (replicated)", two, one), ("2 x 1 / 1 x 1 (FSDP)", fsdp, one),
-                       ("2 x 1 no comm / 1 x 1 (the floor)", free, one), ("2 x 1 / 2 x 1 no comm", two, free),
-                       ("FSDP / replicated", fsdp, two), ("2 x 1 / 1 x 2", two, two_threads)):
-        if a and b:
-            print(f"{name}: {a / b:.2f}")
-    print("per-phase split, median seconds per step, by rank:")
+        for k in range(args.repeats):
+            steps = {}
+            for w in round_order(ways, k):
+                nproc, threads, sharding = WAYS[w]
+                step, wall, split = run(nproc, threads, args, Path(tmp) / f"r{k}{w}", sharding)
+                steps[w] = step
+                splits.setdefault(w, []).append(split)
+                print(f"{k:>5} {LABELS[w]:>20} {step:14.3f} {wall:8.1f} {os.getloadavg()[0]:11.2f}", flush=True)
+            rounds.append(steps)
+    summary = summarize(rounds)
+    print("ratios of median steps within a round" + (": median over rounds [min, max]; each round"
+                                                      if args.repeats > 1 else ":"))
+    for name, vals in summary:
+        spread = f" [{min(vals):.2f}, {max(vals):.2f}]; " + ", ".join(f"{v:.2f}" for v in vals) \
+            if len(vals) > 1 else ""
+        print(f"  {name}: {statistics.median(vals):.2f}{spread}")
+    print("per-phase split, median seconds per step, by rank" + (" (median over rounds)" if args.repeats > 1 else "")
+          + ":")
     print(f"{'way':>20} {'rank':>4} " + " ".join(f"{ph:>11}" for ph in PHASES))
-    for label, split in splits.items():
-        for r, phases in enumerate(split):
-            print(f"{label:>20} {r:>4} " + " ".join(f"{phases[ph]:11.4f}" for ph in PHASES))
+    for w in ways:
+        for r in range(len(splits[w][0])):
+            phases = {ph: statistics.median(s[r][ph] for s in splits[w]) for ph in PHASES}
+            print(f"{LABELS[w]:>20} {r:>4} " + " ".join(f"{phases[ph]:11.4f}" for ph in PHASES))
+    if args.json is not None:
+        args.json.write_text(json.dumps({"args": {k: (str(v) if isinstance(v, Path) else v)
+                                                   for k, v in vars(args).items()},
+                                         "rounds": rounds, "ratios": dict(summary), "splits": splits}, indent=1))
 
 
 if __name__ == "__main__":
