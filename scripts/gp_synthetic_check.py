@@ -115,7 +115,8 @@ def main() -> None:
         from replication.store import write_atomic
 
         write_atomic(args.out, json.dumps({"args": {k: v for k, v in vars(args).items() if k != "out"},
-                                           "command": shlex.join(["python", *sys.argv]), "rows": rows},
+                                           "command": shlex.join(["python", *sys.argv]),
+                                           "code": {"noise": CODE_NOISE, "clip_eps": CODE_EPS}, "rows": rows},
                                           indent=1, ensure_ascii=False) + "\n")
 
 

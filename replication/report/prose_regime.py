@@ -148,7 +148,10 @@ def gp_synthetic_check(root: Path) -> str:
     grid = {(r["options"]["noise"], r["options"]["clip_eps"]): r["mae"] for r in rows
             if r["predictor"] == "gp" and set(r["options"]) == {"noise", "clip_eps"}}
     noises, epsilons = sorted({n for n, _ in grid}), sorted({e for _, e in grid})
-    code = (min(noises), min(epsilons))
+    code = (study["code"]["noise"], study["code"]["clip_eps"])  # the official code's σ_n² and ε, as the script ran them
+    if code not in grid:
+        raise ValueError(f"{GP_SYNTHETIC}: its grid has no cell for the official code's σ_n² = {_cell(code[0])}, "
+                         f"ε = {_cell(code[1])}; re-run scripts/gp_synthetic_check.py")
     from replication.allocation.gp import GPConfig
 
     arm, default = _gp_arm_options(root), GPConfig()

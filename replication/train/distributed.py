@@ -19,7 +19,7 @@ The contract (tested in tests/train/test_distributed.py against the 1-process ru
   denominator, and the gradients are summed across ranks (DDP with a SUM hook, train/ddp.py,
   or FSDP's reduce-scatter): the 1-process gradient of the whole mini-batch, up to float
   summation order;
-- the numbers ranks exchange travel as tensors (``gather_arrays``, ``reduce``); the one pickled
+- the numbers ranks exchange travel as tensors (``gather_arrays``, ``exchange``, ``reduce``); the one pickled
   gather left carries rank 0's refusal (an exception) in ``on_main``;
 - rank 0 alone writes logs, checkpoints, the model and metrics.json; every rank resumes from
   the same checkpoint.
@@ -259,6 +259,23 @@ class World:
         torch.distributed.all_gather_into_tensor(out, t) if self.backend == "nccl" else \
             torch.distributed.all_gather(list(out.unbind(0)), t)
         return out.cpu()
+
+    def exchange(self, parts: Sequence[np.ndarray], lengths: Sequence[int]) -> list[np.ndarray]:
+        """One all-to-all of float64 arrays: ``parts[d]`` goes to rank d, and what rank s sent
+        here comes back as the s-th array, ``lengths[s]`` values long (the caller knows them:
+        no sizes travel). Exact for integers below 2**53."""
+        if len(parts) != self.size or len(lengths) != self.size:
+            raise ValueError(f"exchange needs one part and one length per rank ({self.size})")
+        if not self.distributed:
+            return [np.asarray(parts[0], dtype=np.float64).reshape(-1)]
+        t0 = time.perf_counter()
+        flat = [np.asarray(p, dtype=np.float64).reshape(-1) for p in parts]
+        send = torch.from_numpy(np.concatenate(flat)).to(self._device)
+        out = torch.empty(int(sum(lengths)), dtype=torch.float64, device=send.device)
+        torch.distributed.all_to_all_single(out, send, output_split_sizes=[int(n) for n in lengths],
+                                            input_split_sizes=[p.size for p in flat])
+        self.clock.seconds += time.perf_counter() - t0
+        return np.split(out.cpu().numpy(), np.cumsum([int(n) for n in lengths])[:-1])
 
     def reduce(self, values: Sequence[float], op: str = "sum") -> np.ndarray:
         """Element-wise sum / min / max over ranks of a few float64 numbers, one all-reduce

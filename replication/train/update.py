@@ -7,16 +7,18 @@ skipped in the backward pass, but the token-mean denominator still counts their 
 gradient is identical to the full computation (a measured 40–70 % saving, notes/tiny-loop.md).
 
 With several processes (``shard``, train/distributed.py) the mini-batches are drawn over the
-step's GLOBAL rows by the same seeded permutation on every rank; every rank holds the step's rows
-(gathered once, train/row_dispatch.py), each mini-batch's trainable rows are dealt out evenly
-over the ranks, each rank backpropagates its share over the mini-batch's global denominator, and
-the gradients are summed across ranks before clipping — the gradient one process computes with
-the whole batch.
+step's GLOBAL rows by the same seeded permutation on every rank; every rank knows every row's
+advantage and token counts (train/row_dispatch.py), each mini-batch's trainable rows are dealt
+out evenly over the ranks (a row stays on the rank that generated it unless the balance needs it
+elsewhere, and the moved rows travel in one all-to-all), each rank backpropagates its share over
+the mini-batch's global denominator, and the gradients are summed across ranks before clipping —
+the gradient one process computes with the whole batch.
 ``model`` is then the DDP wrapper (train/ddp.py: bucketed SUM all-reduce overlapped with the
 backward pass, one backward per rank and mini-batch) or the FSDP-sharded policy (train/fsdp.py:
 reduce-scattered as a SUM). A rank that holds none of a mini-batch's trainable rows still runs
 one zero-weight pass, so that every rank joins the same gradient collectives. The step's
-numbers that ranks exchange travel as tensors: the rows' all-gathers once per update, one
+numbers that ranks exchange travel as tensors: the rows' counts (two all-gathers) and the moved
+rows (one all-to-all, skipped when nothing moves) once per update, one
 all-reduce per mini-batch for DynaMO's extent, one all-gather per update for the diagnostics
 (update_stats.py) and one all-reduce per update that returns each row's loss to its rank.
 """
@@ -39,7 +41,7 @@ from replication.rl.modulation import entropy_change_magnitude
 from replication.rollout.base import RolloutBatch
 from replication.train.distributed import RowShard, World
 from replication.train.fsdp import zero_pass
-from replication.train.row_dispatch import deal, gather_rows, own_rows
+from replication.train.row_dispatch import deal, fetch_rows, own_rows, step_meta
 from replication.train.update_stats import combine_over_ranks
 
 
@@ -77,95 +79,97 @@ def ppo_update(
     shard = shard if shard is not None else RowShard.whole(batch.n_rows)
     world = shard.world
     n = shard.n_global
-    # the step's rows, indexed globally (one process: the batch itself)
-    rows = gather_rows(batch, torch.as_tensor(row_advantages, dtype=torch.float32), row_weights, shard)
-    adv_rows = rows.advantages
+    # what every rank knows of every row before any moves (one process: the batch's own)
+    meta = step_meta(batch, torch.as_tensor(row_advantages, dtype=torch.float32), row_weights, shard)
+    adv_rows = meta.advantages
     trainable = adv_rows.numpy() != 0
-    # real tokens: what a row's passes cost (the deal's measure; one process deals nothing)
-    row_cost = rows.attention_mask.sum(1).numpy() if world.distributed else np.zeros(n)
     row_loss = np.zeros(n)
     row_kl = np.zeros(n)
     collected: dict[str, list[float]] = {}
     per_mb: list[tuple[dict, float | None, dict | None]] = []
     use_kl = ref_model is not None and ppo_cfg.kl_coef > 0
     model.train()
+    # Every epoch's mini-batches and every rank's share of them, planned before any row moves
+    # (the same on every rank): the rows a rank trains are then fetched in one exchange.
+    plan = []
     for _ in range(ppo_epochs):
         order = rng.permutation(n)
-        plan = []
         for mb in np.array_split(order, min(mini_batches, n)):
             mb = np.sort(mb)
             # token-mean divides by the mini-batch's valid tokens, seq-mean modes by its rows
-            tokens = float(rows.completion_mask[torch.as_tensor(mb)].float().sum())
+            tokens = float(meta.completion_tokens[mb].sum())
             # Zero-advantage rows contribute no gradient (without KL): train only the others,
             # with the full mini-batch's token count as the token-mean denominator.
             # DynaMO's H_min/H_max range over ALL valid tokens of the mini-batch, so with
             # modulation on every row is kept too.
             train = mb if (use_kl or modulation is not None) else mb[trainable[mb]]
-            keep = torch.as_tensor(deal(train, row_cost[train], world.size)[world.rank])  # this rank's share
-            plan.append((mb, keep, tokens, len(train)))
-        for mb, keep, tokens, kept in plan:
-            if ppo_cfg.aggregation == "token-mean":
-                denom = torch.tensor(float(tokens)).clamp_min(1.0)
-            else:
-                denom = torch.tensor(float(len(mb)))
-            stats, weight, n_pos = {"entropy": float("nan")}, 0.0, 0.0
-            if kept > 0:
-                optimizer.zero_grad(set_to_none=True)
+            # the rows stay with the rank that generated them unless the balance needs a move
+            shares = deal(train, meta.real_tokens[train], world.size, owner=meta.owner(train))
+            plan.append((mb, shares, tokens, len(train)))
+    mine = [np.concatenate([p[1][r] for p in plan] + [np.zeros(0, np.int64)]) for r in range(world.size)]
+    rows = fetch_rows(batch, meta, shard, [np.unique(m).astype(np.int64) for m in mine])
+    for mb, shares, tokens, kept in plan:
+        keep = torch.as_tensor(shares[world.rank])  # this rank's share
+        if ppo_cfg.aggregation == "token-mean":
+            denom = torch.tensor(float(tokens)).clamp_min(1.0)
+        else:
+            denom = torch.tensor(float(len(mb)))
+        stats, weight, n_pos = {"entropy": float("nan")}, 0.0, 0.0
+        if kept > 0:
+            optimizer.zero_grad(set_to_none=True)
+            if len(keep) > 0:
+                ids, attn, kmask, old = rows.take(keep)
+                kmask = kmask.float()
+                logp, ent = token_logprobs_and_entropy(model, ids, attn, temperature, completion_mask=kmask)
+                adv_tok = adv_rows[keep].unsqueeze(1) * kmask
+            else:  # this rank holds none of the mini-batch: it only joins the collectives
+                logp = ent = old = adv_tok = kmask = None
+                if world.distributed:  # DDP's all-reduce / FSDP's gathers run in the passes
+                    zero_pass(model, batch.input_ids, batch.attention_mask, backward=True)
+                    if use_kl and world.fsdp:  # the sharded reference model gathers too
+                        zero_pass(ref_model, batch.input_ids, batch.attention_mask, backward=False)
+            mod_stats = {}
+            if modulation is not None:
+                extent = _modulation_extent(world, adv_tok, logp, old, ent, kmask, ppo_cfg, modulation.delta_h)
                 if len(keep) > 0:
-                    cols = rows.columns(keep)
-                    ids, attn = rows.input_ids[keep, cols], rows.attention_mask[keep, cols]
-                    kmask = rows.completion_mask[keep, cols].float()
-                    logp, ent = token_logprobs_and_entropy(model, ids, attn, temperature, completion_mask=kmask)
-                    old = rows.old_logprobs[keep, cols]
-                    adv_tok = adv_rows[keep].unsqueeze(1) * kmask
-                else:  # this rank holds none of the mini-batch: it only joins the collectives
-                    logp = ent = old = adv_tok = kmask = None
-                    if world.distributed:  # DDP's all-reduce / FSDP's gathers run in the passes
-                        zero_pass(model, rows.input_ids, rows.attention_mask, backward=True)
-                        if use_kl and world.fsdp:  # the sharded reference model gathers too
-                            zero_pass(ref_model, rows.input_ids, rows.attention_mask, backward=False)
-                mod_stats = {}
-                if modulation is not None:
-                    extent = _modulation_extent(world, adv_tok, logp, old, ent, kmask, ppo_cfg, modulation.delta_h)
-                    if len(keep) > 0:
-                        adv_tok, mod_stats = modulate_advantages(
-                            adv_tok, logp.detach(), old, ent.detach(), kmask, modulation, ppo_cfg, **extent
+                    adv_tok, mod_stats = modulate_advantages(
+                        adv_tok, logp.detach(), old, ent.detach(), kmask, modulation, ppo_cfg, **extent
+                    )
+            if len(keep) > 0:
+                ref_logp = None
+                if use_kl:
+                    with torch.no_grad():
+                        ref_logp, _ = token_logprobs_and_entropy(
+                            ref_model, ids, attn, temperature, completion_mask=kmask
                         )
-                if len(keep) > 0:
-                    ref_logp = None
-                    if use_kl:
-                        with torch.no_grad():
-                            ref_logp, _ = token_logprobs_and_entropy(
-                                ref_model, ids, attn, temperature, completion_mask=kmask
-                            )
-                    res = ppo_clip_loss(logp, old, adv_tok, kmask, ppo_cfg, ref_logp=ref_logp, denominator=denom)
-                    res.loss.backward()  # DDP: the gradient buckets are all-reduced meanwhile
-                    weight = float(kmask.sum())
-                    n_pos = float((kmask.bool() & (adv_tok > 0)).sum())  # β_comp_pos_mean's tokens
-                    stats = {**res.stats, **mod_stats}
-                    stats["entropy"] = float((ent.detach() * kmask).sum() / kmask.sum().clamp_min(1))
-                    surrogate = (res.row_loss - res.row_kl).numpy()
-                    w = 1.0 if rows.weights is None else rows.weights[keep.numpy()]
-                    # Mean over PPO epochs (gdro.md: the loss "as computed during the step's update").
-                    row_loss[keep.numpy()] += (surrogate / w + res.row_kl.numpy()) / ppo_epochs
-                    row_kl[keep.numpy()] += res.row_kl.numpy() / ppo_epochs
-                # FSDP: the multi-tensor norm (one DTensor dispatch, not one per parameter)
-                gn = torch.nn.utils.clip_grad_norm_(model.parameters(), grad_clip, foreach=True if world.fsdp else None)
-                gn = gn.full_tensor() if hasattr(gn, "full_tensor") else gn  # FSDP: a DTensor
-                optimizer.step()
-                if scheduler is not None:
-                    scheduler.step()
-                stats["grad_norm"] = float(gn)
-                per_mb.append((stats, weight, {"beta_comp_pos_mean": n_pos}))
-            else:
-                # Nothing to learn from, but the optimizer still steps (Adam moments, decay),
-                # exactly as the full computation with an all-zero gradient would.
-                for p in model.parameters():
-                    p.grad = torch.zeros_like(p)
-                optimizer.step()
-                if scheduler is not None:
-                    scheduler.step()
-                per_mb.append(({"grad_norm": 0.0}, None, None))  # the same on every rank
+                res = ppo_clip_loss(logp, old, adv_tok, kmask, ppo_cfg, ref_logp=ref_logp, denominator=denom)
+                res.loss.backward()  # DDP: the gradient buckets are all-reduced meanwhile
+                weight = float(kmask.sum())
+                n_pos = float((kmask.bool() & (adv_tok > 0)).sum())  # β_comp_pos_mean's tokens
+                stats = {**res.stats, **mod_stats}
+                stats["entropy"] = float((ent.detach() * kmask).sum() / kmask.sum().clamp_min(1))
+                surrogate = (res.row_loss - res.row_kl).numpy()
+                w = 1.0 if meta.weights is None else meta.weights[keep.numpy()]
+                # Mean over PPO epochs (gdro.md: the loss "as computed during the step's update").
+                row_loss[keep.numpy()] += (surrogate / w + res.row_kl.numpy()) / ppo_epochs
+                row_kl[keep.numpy()] += res.row_kl.numpy() / ppo_epochs
+            # FSDP: the multi-tensor norm (one DTensor dispatch, not one per parameter)
+            gn = torch.nn.utils.clip_grad_norm_(model.parameters(), grad_clip, foreach=True if world.fsdp else None)
+            gn = gn.full_tensor() if hasattr(gn, "full_tensor") else gn  # FSDP: a DTensor
+            optimizer.step()
+            if scheduler is not None:
+                scheduler.step()
+            stats["grad_norm"] = float(gn)
+            per_mb.append((stats, weight, {"beta_comp_pos_mean": n_pos}))
+        else:
+            # Nothing to learn from, but the optimizer still steps (Adam moments, decay),
+            # exactly as the full computation with an all-zero gradient would.
+            for p in model.parameters():
+                p.grad = torch.zeros_like(p)
+            optimizer.step()
+            if scheduler is not None:
+                scheduler.step()
+            per_mb.append(({"grad_norm": 0.0}, None, None))  # the same on every rank
     # the mini-batches' diagnostics over all ranks: one all-gather for the whole update
     for stats in combine_over_ranks(world, per_mb, ppo_cfg, use_kl=use_kl, modulation=modulation):
         for k, v in stats.items():

@@ -29,6 +29,7 @@ def test_synthetic_check_writes_its_grid_and_reproduces(tmp_path):
     assert all(0 <= r["mae"] <= 1 for r in study["rows"])
     # the code's corner (no observation noise, ε = 1e-6) interpolates ±13.8 logits: worse than smoothing
     assert mae["σ_n² = 0, ε = 1e-06"] > mae["σ_n² = 1, ε = 0.01"]
+    assert study["code"] == {"noise": 0.0, "clip_eps": 1e-6}  # which cell is the code's, for the doc's block
     again = _run(tmp_path / "b.json")  # same arguments, same numbers (the timings aside)
 
     def numbers(rows: list[dict]) -> list[dict]:

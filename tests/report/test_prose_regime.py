@@ -99,7 +99,7 @@ def test_task_mix_script_refuses_a_method_run(tmp_path, allocator):
     assert r.returncode != 0 and "not a uniform run" in r.stderr and not (tmp_path / "o.csv").exists()
 
 
-def _synthetic_study(root: Path, code_mae: float = 0.30) -> None:
+def _synthetic_study(root: Path, code_mae: float = 0.30, code: tuple = (0.0, 1e-6)) -> None:
     rows = [{"setting": "moving-average", "predictor": "moving-average", "options": {}, "mae": 0.124},
             {"setting": "ridge", "predictor": "ridge", "options": {}, "mae": 0.082}]
     maes = {(0.0, 1e-6): code_mae, (0.0, 0.01): 0.19, (1.0, 1e-6): 0.12, (1.0, 0.01): 0.053}
@@ -110,7 +110,8 @@ def _synthetic_study(root: Path, code_mae: float = 0.30) -> None:
     args = {"prompts": 3000, "clusters": 30, "dim": 64, "cluster_spread": 0.3, "spread": 3.0, "offset": -0.5,
             "drift": 1.0, "batch": 256, "rollouts": 8, "steps": 40, "burn_in": 5, "seed": 0}
     (root / "results/regime/gp_synthetic_check.json").write_text(json.dumps(
-        {"args": args, "command": "python scripts/gp_synthetic_check.py --out x", "rows": rows}))
+        {"args": args, "command": "python scripts/gp_synthetic_check.py --out x",
+         "code": {"noise": code[0], "clip_eps": code[1]}, "rows": rows}))
 
 
 def test_gp_synthetic_block_marks_the_code_and_the_pipeline(tmp_path):
@@ -129,3 +130,16 @@ def test_gp_synthetic_block_marks_the_code_and_the_pipeline(tmp_path):
     root = _root(tmp_path / "other")
     _synthetic_study(root, code_mae=0.1)
     assert "The grid's worst is σ_n² = 0, ε = 0.01, not the code's values." in prose.GENERATORS["gp-synthetic-check"](root)
+
+
+def test_gp_synthetic_block_labels_the_code_the_study_names(tmp_path):
+    """The code's row is the one the study says the official code runs, not the grid's corner;
+    a study whose grid lacks it is refused rather than mislabelled."""
+    root = _root(tmp_path)
+    _synthetic_study(root, code=(1.0, 1e-6))
+    text = prose.GENERATORS["gp-synthetic-check"](root)
+    assert "| 1 (code) | 0.120 | **0.053** |" in text and "| 0 | 0.300 | 0.190 |" in text
+    assert "The code's values (σ_n² = 1, ε = 1e-06): 0.120" in text
+    _synthetic_study(root, code=(0.5, 1e-6))
+    with pytest.raises(ValueError, match="no cell for the official code's σ_n² = 0.5"):
+        prose.GENERATORS["gp-synthetic-check"](root)

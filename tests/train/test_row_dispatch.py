@@ -1,10 +1,13 @@
-"""train/row_dispatch.py: a mini-batch's trainable rows dealt out evenly over ranks.
+"""train/row_dispatch.py: a mini-batch's trainable rows dealt out evenly over ranks, moving
+only the rows the balance needs.
 
-The deal (balanced, deterministic, every row once, one rank unchanged); the column trim of
-gathered rows leaves every log-prob as computed on the rank's own batch; and, on 2 real gloo
-ranks of unequal batch shapes, the gather aligns every rank's rows at the prompt/completion
-boundary and ``own_rows`` returns each row's value to the rank that holds it. That a 2-rank
-update equals the 1-process one is tests/train/test_distributed.py's end-to-end check.
+The deal (balanced, deterministic, every row once, one rank unchanged; with owners, rows stay
+home unless a move narrows the gap); the column trim of re-padded rows leaves every log-prob as
+computed on the rank's own batch; and, on 2 real gloo ranks of unequal batch shapes, every rank
+learns every row's numbers, the moved rows arrive aligned at the prompt/completion boundary in
+one all-to-all (none when nothing moves), and ``own_rows`` returns each row's value to the rank
+that holds it. That a 2-rank update equals the 1-process one is tests/train/test_distributed.py's
+end-to-end check.
 """
 
 from __future__ import annotations
@@ -47,9 +50,48 @@ def test_deal_is_the_same_on_every_rank_and_handles_few_rows():
 
 
 def test_one_process_rows_are_the_batch_untrimmed():
-    ids = torch.ones(2, 5, dtype=torch.long)
-    r = StepRows(ids, ids, ids, ids.float(), torch.zeros(2), None)
+    ids = torch.arange(10).reshape(2, 5)
+    r = StepRows(np.arange(2), ids, ids, ids, ids.float())
     assert r.columns(torch.tensor([0])) == slice(None)
+    got = r.take(torch.tensor([1]))
+    assert all(torch.equal(t, want) for t, want in zip(got, (ids[[1]], ids[[1]], ids[[1]], ids[[1]].float())))
+
+
+def test_rows_not_held_are_refused():
+    ids = torch.ones(1, 3, dtype=torch.long)
+    r = StepRows(np.array([-1, 0, -1]), ids, ids, ids, ids.float(), gathered=True)
+    with pytest.raises(RuntimeError, match=r"\[2\]"):
+        r.take(torch.tensor([1, 2]))
+
+
+def test_owned_rows_stay_home_when_the_shares_are_within_one_row():
+    rows = np.arange(6)
+    cost = np.array([10.0, 12.0, 11.0, 9.0, 13.0, 10.0])
+    owner = np.array([0, 0, 0, 1, 1, 1])  # loads 33 | 32: no row is smaller than the gap
+    a, b = deal(rows, cost, 2, owner=owner)
+    assert a.tolist() == [0, 1, 2] and b.tolist() == [3, 4, 5]
+    assert [p.tolist() for p in deal(rows, cost, 1, owner=owner)] == [rows.tolist()]
+
+
+def test_only_the_rows_the_balance_needs_move():
+    # the measured smollm2 case: 12 trainable rows generated on rank 0, 4 on rank 1
+    owner = np.array([0] * 12 + [1] * 4)
+    a, b = deal(np.arange(16), np.full(16, 50.0), 2, owner=owner)
+    assert len(a) == len(b) == 8
+    assert set(b) >= {12, 13, 14, 15}  # rank 1 keeps its own
+    moved = [r for r in b if owner[r] == 0]
+    assert len(moved) == 4 and moved == sorted(moved)[:4]  # exactly four move (ties: lower rows)
+    assert moved == [0, 1, 2, 3]
+    # the row that best closes the gap moves: gap 40, rows 30 and 19 -> moving 19 leaves |40-38| = 2
+    a, b = deal(np.array([5, 6, 7]), np.array([30.0, 19.0, 10.0]), 2, owner=np.array([0, 0, 1]))
+    assert a.tolist() == [5] and b.tolist() == [6, 7]
+
+
+def test_owner_must_name_a_rank_for_every_row():
+    with pytest.raises(ValueError, match="owner"):
+        deal(np.arange(3), np.ones(3), 2, owner=np.array([0, 1]))
+    with pytest.raises(ValueError, match="owner"):
+        deal(np.arange(2), np.ones(2), 2, owner=np.array([0, 2]))
 
 
 def test_trimmed_gathered_rows_give_the_rank_s_log_probs():
@@ -69,16 +111,16 @@ def test_trimmed_gathered_rows_give_the_rank_s_log_probs():
     comp[:, 3:] = attn[:, 3:]
     # gathered beside a rank with prompt width 5 and completion width 4: 2 columns left, 1 right
     big = lambda t: torch.nn.functional.pad(t, (2, 1))  # noqa: E731
-    rows = StepRows(big(ids), big(attn), big(comp), big(comp).float(), torch.zeros(2), None, gathered=True)
+    rows = StepRows(np.array([1, 0]), big(ids)[[1, 0]], big(attn)[[1, 0]], big(comp)[[1, 0]],
+                    big(comp)[[1, 0]].float(), gathered=True)  # held in another order than the rows
     with torch.no_grad():
         ref, _ = token_logprobs_and_entropy(model, ids, attn, 1.0, completion_mask=comp.float())
         for keep in (torch.tensor([0]), torch.tensor([1]), torch.tensor([0, 1])):
-            cols = rows.columns(keep)
-            got, _ = token_logprobs_and_entropy(model, rows.input_ids[keep, cols], rows.attention_mask[keep, cols],
-                                                1.0, completion_mask=rows.completion_mask[keep, cols].float())
+            k_ids, k_attn, k_comp, _ = rows.take(keep)
+            got, _ = token_logprobs_and_entropy(model, k_ids, k_attn, 1.0, completion_mask=k_comp.float())
             want = ref[keep][comp[keep].bool()]
-            assert torch.allclose(got[rows.completion_mask[keep, cols].bool()], want, atol=1e-6)
-            assert cols.stop - cols.start <= 8  # padding common to the kept rows is cut
+            assert torch.allclose(got[k_comp.bool()], want, atol=1e-6)
+            assert k_ids.shape[1] <= 8 and k_ids.shape[1] < big(ids).shape[1]  # common padding is cut
 
 
 RANKS = r"""
@@ -87,7 +129,7 @@ import numpy as np
 import torch
 from replication.rollout.base import RolloutBatch
 from replication.train.distributed import RowShard, World
-from replication.train.row_dispatch import gather_rows, own_rows
+from replication.train.row_dispatch import fetch_rows, own_rows, step_meta
 
 world = World.from_env()
 r = world.rank
@@ -109,14 +151,23 @@ start = 0 if r == 0 else 2
 shard = RowShard(world, 5, start, start + n)
 adv = torch.tensor([0.5 * (r + 1) + i for i in range(n)], dtype=torch.float32)
 w = np.full(n, 1.0 + r)
-rows = gather_rows(batch, adv, w, shard)
-out = {"ids": rows.input_ids.tolist(), "attn": rows.attention_mask.tolist(), "comp": rows.completion_mask.tolist(),
-       "old": rows.old_logprobs.tolist(), "adv": rows.advantages.tolist(), "w": rows.weights.tolist(),
+meta = step_meta(batch, adv, w, shard)
+calls = []
+exchange = world.exchange
+world.__dict__["exchange"] = lambda *a: calls.append(1) or exchange(*a)  # counts the all-to-alls
+# rows 0 and 3 trained on rank 0 (3 moves from rank 1), rows 1, 2 and 4 on rank 1 (1 moves from rank 0)
+shares = [np.array([0, 3]), np.array([1, 2, 4])]
+rows = fetch_rows(batch, meta, shard, shares)
+held = {g: [t.tolist() for t in rows.take(torch.tensor([g]))] for g in shares[r].tolist()}
+stay = fetch_rows(batch, meta, shard, [np.array([0, 1]), np.array([2, 3, 4])])  # nothing moves
+out = {"offsets": meta.offsets.tolist(), "adv": meta.advantages.tolist(), "w": meta.weights.tolist(),
+       "real": meta.real_tokens.tolist(), "comp_tokens": meta.completion_tokens.tolist(),
+       "widths": [meta.prompt_width, meta.completion_width], "held": held, "calls": len(calls),
+       "index": rows.index.tolist(), "stay_index": stay.index.tolist(),
        "dtypes": [str(t.dtype) for t in (rows.input_ids, rows.attention_mask, rows.old_logprobs)],
        "local": {"ids": ids.tolist(), "attn": attn.tolist(), "comp": comp.tolist(), "old": old.tolist()}}
-# rows 0 and 3 trained on rank 0, the others on rank 1
 loss = np.zeros(5)
-for g in ([0, 3] if r == 0 else [1, 2, 4]):
+for g in shares[r]:
     loss[g] = 10.0 + g
 (back,) = own_rows(shard, loss)
 out["back"] = back.tolist()
@@ -125,31 +176,51 @@ world.close()
 """
 
 
-def test_two_ranks_gather_aligned_rows_and_get_their_losses_back(tmp_path):
+def test_two_ranks_move_only_the_dealt_rows_and_get_their_losses_back(tmp_path):
     res = run_two_ranks(RANKS, tmp_path)
     a, b = res
-    for k in ("ids", "attn", "comp", "old", "adv", "w"):
-        assert a[k] == b[k], k  # every rank holds the same global rows
-    assert a["dtypes"] == ["torch.int64", "torch.int64", "torch.float32"]
-    assert np.array(a["ids"]).shape == (5, 4 + 3)  # widest prompt (4) + widest completion (3)
-    comp = np.array(a["comp"])
-    assert (comp[:, :4] == 0).all() and (comp[:, 4] == 1).all()  # every completion starts at column 4
-    for rank, (lo, hi) in enumerate(((0, 2), (2, 5))):  # each rank's rows, re-padded, are its own rows
-        local = res[rank]["local"]
-        for k in ("ids", "attn", "comp", "old"):
-            mine = np.array(a[k])[lo:hi]
-            width = np.array(local[k]).shape[1]
-            shift = 4 - (2 if rank == 0 else 4)
-            assert np.array_equal(mine[:, shift: shift + width], np.array(local[k])), (rank, k)
-            assert not np.any(np.delete(mine, np.s_[shift: shift + width], axis=1)), (rank, k)  # padding only
+    for k in ("offsets", "adv", "w", "real", "comp_tokens", "widths"):
+        assert a[k] == b[k], k  # every rank knows every row's numbers
+    assert a["offsets"] == [0, 2, 5]
     assert a["adv"] == [0.5, 1.5, 1.0, 2.0, 3.0] and a["w"] == [1.0, 1.0, 2.0, 2.0, 2.0]
+    assert a["widths"] == [4, 3]  # widest prompt (4), widest completion (3)
+    for rank, lo in ((0, 0), (1, 2)):  # token counts of each rank's own rows
+        local = res[rank]["local"]
+        n = len(local["ids"])
+        assert a["real"][lo: lo + n] == np.array(local["attn"]).sum(1).tolist()
+        assert a["comp_tokens"][lo: lo + n] == np.array(local["comp"]).sum(1).tolist()
+    assert a["dtypes"] == ["torch.int64", "torch.int64", "torch.float32"]
+    # each rank holds only the rows it trains, one all-to-all brought the moved ones
+    assert [i >= 0 for i in a["index"]] == [True, False, False, True, False]
+    assert [i >= 0 for i in b["index"]] == [False, True, True, False, True]
+    assert a["calls"] == b["calls"] == 1  # the second fetch (nothing moves) sent nothing
+    assert [i >= 0 for i in a["stay_index"]] == [True, True, False, False, False]
+    # every held row, trimmed to its real columns, is the generating rank's row
+    for rank, held in ((0, a["held"]), (1, b["held"])):
+        for g, (ids, attn, comp, old) in held.items():
+            g = int(g)
+            src, i = (0, g) if g < 2 else (1, g - 2)
+            local = res[src]["local"]
+            want_attn = np.array(local["attn"][i])
+            real = np.flatnonzero(want_attn)
+            cut = slice(real[0], real[-1] + 1)
+            for got, key in ((ids, "ids"), (attn, "attn"), (comp, "comp"), (old, "old")):
+                assert np.array_equal(np.array(got[0]), np.array(local[key][i])[cut]), (rank, g, key)
     assert a["back"] == [10.0, 11.0] and b["back"] == [12.0, 13.0, 14.0]  # every row's loss to its rank
 
 
 @pytest.mark.parametrize("ranks", [2, 3, 8])
-def test_deal_loads_differ_by_at_most_one_row(ranks):
+@pytest.mark.parametrize("owned", [False, True])
+def test_deal_loads_differ_by_at_most_one_row(ranks, owned):
     rng = np.random.default_rng(ranks)
     cost = rng.integers(20, 60, size=40).astype(float)
-    parts = deal(np.arange(40), cost, ranks)
+    # owned: the rows as the rewards leave them, most of them on the first rank
+    owner = np.minimum(rng.geometric(0.6, size=40) - 1, ranks - 1) if owned else None
+    parts = deal(np.arange(40), cost, ranks, owner=owner)
+    assert sorted(np.concatenate(parts).tolist()) == list(range(40))  # every row exactly once
     loads = [cost[p].sum() for p in parts]
-    assert max(loads) - min(loads) <= cost.max()  # greedy largest-first: within one row's cost
+    assert max(loads) - min(loads) <= cost.max()  # within one row's cost
+    if owned:  # a rank that only received rows kept no room for its own: nothing moved needlessly
+        again = deal(np.arange(40), cost, ranks, owner=np.concatenate([[r] * len(p) for r, p in enumerate(parts)])
+                     [np.argsort(np.concatenate(parts))])
+        assert [p.tolist() for p in again] == [p.tolist() for p in parts]  # a balanced deal stays put
