@@ -236,6 +236,19 @@ def test_two_processes_equal_one(small_overrides, tmp_path, case):
     assert all(t > 0 for t in row["rank_comm_seconds"]) and row["comm_seconds"] > row["rank_comm_seconds"][0]
 
 
+@pytest.mark.slow
+def test_two_processes_equal_one_over_two_ppo_epochs(small_overrides, tmp_path):
+    """Two PPO epochs over two mini-batches: every epoch's deal is planned up front and the
+    rows a rank trains in any of them are fetched once (train/row_dispatch.py); the run is the
+    1-process run."""
+    one, two = tmp_path / "one", tmp_path / "two"
+    extra = ("--set", "rl.ppo_epochs=2", "--set", "rl.mini_batches=2")
+    _run(1, _train_args(small_overrides, one, "vip", *extra))
+    _run(2, _train_args(small_overrides, two, "vip", *extra))
+    assert json.loads((two / "config.json").read_text())["rl"]["ppo_epochs"] == 2
+    _same_run(one, two)
+
+
 FSDP = ("--set", "model.sharding=fsdp")
 
 
