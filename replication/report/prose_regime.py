@@ -2,7 +2,8 @@
 measured them, and the two choices made on seeds the reported results do not use — the GP's
 settings (one uniform RLOO run, seed 100) and the task mix (uniform GRPO, seeds 100–103). Also
 docs/fidelity/vip.md's ``gp-synthetic-check``: the GP's σ_n² × ε grid on a synthetic pool
-(scripts/gp_synthetic_check.py).
+(scripts/gp_synthetic_check.py); and docs/regime.md's ``rerun-time``: what the last full
+re-run took, read from the exported runs and the executed notebooks.
 
 The choices' evidence lives in ``results/regime/`` (written by scripts/gp_settings_study.py
 ``--out`` and scripts/task_mix_study.py); each block applies the rule fixed in docs/regime.md to it
@@ -12,6 +13,7 @@ and says whether the pipeline runs the chosen setting (params.yaml, the default 
 from __future__ import annotations
 
 import json
+import statistics
 from pathlib import Path
 
 import pandas as pd
@@ -186,4 +188,48 @@ def gp_synthetic_check(root: Path) -> str:
               + (" — at the grid's edge." if best[0] == max(noises) or best[1] == max(epsilons) else "."),
               "", _synthetic_verdict(grid, code, min(other.values()) if other else None),
               "", f"Command: `{study['command']}`"]
+    return "\n".join(lines)
+
+
+def _clock(stamp: str) -> str:
+    """'2026-12-02T06:19:39Z' or an ISO time with offset → '2026-12-02 06:19' (UTC)."""
+    t = pd.Timestamp(stamp)
+    t = t.tz_convert("UTC") if t.tzinfo is not None else t
+    return t.strftime("%Y-%m-%d %H:%M")
+
+
+@block("rerun-time")
+def rerun_time(root: Path) -> str:
+    """docs/regime.md "Time": per paper stage, the runs it exports — when each was exported
+    (MANIFEST.json ``created``: each run is exported as it finishes training), their
+    ``wall_seconds`` and the code they name (provenance) — and the notebook's last execution
+    (papermill's start and end), with how many of the exports fall inside it: none when that
+    execution reused every run from the run cache (a later report-only ``dvc repro``)."""
+    lines = ["| stage | runs | runs exported (first – last) | sum of the runs' `wall_seconds` (median) | "
+             "notebook's last execution | runs exported during it |", "|:--|--:|:--|--:|:--|--:|"]
+    digests, commits, firsts, lasts, n_total = set(), set(), [], [], 0
+    for paper, label in PAPERS.items():
+        manifests = sorted((root / "results" / paper / "runs").glob("*/s*/MANIFEST.json"))
+        created = [pd.Timestamp(json.loads(m.read_text())["created"]) for m in manifests]
+        metrics = [json.loads((m.parent / "metrics.json").read_text()) for m in manifests]
+        walls = [float(d["wall_seconds"]) for d in metrics]
+        for d in metrics:
+            p = d["provenance"]
+            digests.add(p["code_digest"])
+            commits.add(p["commit"][:7] + (" (dirty)" if p.get("dirty") else ""))
+        pm = json.loads((root / "results" / paper / f"{paper}.ipynb").read_text())["metadata"]["papermill"]
+        start, end = pd.Timestamp(pm["start_time"]), pd.Timestamp(pm["end_time"])
+        during = sum(start <= c <= end for c in created)
+        firsts.append(min(created))
+        lasts.append(max(created))
+        n_total += len(manifests)
+        lines.append(f"| {label} | {len(manifests)} | {_clock(str(min(created)))}–{_clock(str(max(created)))[-5:]} | "
+                     f"{sum(walls) / 60:.0f} min ({statistics.median(walls):.0f} s) | "
+                     f"{(end - start).total_seconds() / 60:.0f} min ({_clock(pm['start_time'])}–"
+                     f"{_clock(pm['end_time'])[-5:]}) | {during} |")
+    span = (max(lasts) - min(firsts)).total_seconds() / 60
+    lines.append(f"| **all** | {n_total} | {_clock(str(min(firsts)))}–{_clock(str(max(lasts)))[-5:]} "
+                 f"(**{span:.0f} min**) | | | |")
+    lines += ["", "Code digest of the runs: " + ", ".join(sorted(digests)) + "; commits named in their provenance: "
+              + ", ".join(sorted(commits)) + "."]
     return "\n".join(lines)

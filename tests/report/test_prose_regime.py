@@ -143,3 +143,35 @@ def test_gp_synthetic_block_labels_the_code_the_study_names(tmp_path):
     _synthetic_study(root, code=(0.5, 1e-6))
     with pytest.raises(ValueError, match="no cell for the official code's σ_n² = 0.5"):
         prose.GENERATORS["gp-synthetic-check"](root)
+
+
+def _exported(root: Path, paper: str, created: list[str], walls: list[float], nb: tuple[str, str],
+              commit: str = "abcdef0123") -> None:
+    for i, (c, w) in enumerate(zip(created, walls)):
+        run = root / "results" / paper / "runs" / "ARM" / f"s{i}"
+        run.mkdir(parents=True)
+        (run / "MANIFEST.json").write_text(json.dumps({"created": c, "files": {}}))
+        (run / "metrics.json").write_text(json.dumps({"wall_seconds": w, "provenance": {
+            "code_digest": "d1g3st", "commit": commit, "dirty": i == 0}}))
+    (root / "results" / paper / f"{paper}.ipynb").write_text(json.dumps(
+        {"metadata": {"papermill": {"start_time": nb[0], "end_time": nb[1]}}, "cells": []}))
+
+
+def test_rerun_time_is_read_from_the_exports_and_the_notebooks(tmp_path):
+    """docs/regime.md "Time": export windows, wall-second sums and medians, the notebooks'
+    last executions and how many exports fall inside them (none after a cached re-execution)."""
+    root = tmp_path
+    _exported(root, "vip", ["2026-12-02T06:19:00Z", "2026-12-02T06:56:00Z", "2026-12-02T06:30:00Z"],
+              [60.0, 120.0, 180.0], ("2026-12-02T06:16:00+00:00", "2026-12-02T07:03:30+00:00"))
+    _exported(root, "dynamo", ["2026-12-02T07:04:00Z", "2026-12-02T07:14:00Z"], [30.0, 90.0],
+              ("2026-12-02T07:03:30+00:00", "2026-12-02T07:17:00+00:00"))
+    # a report-only repro re-executed GDRO's notebook later: its runs come from the run cache
+    _exported(root, "gdro", ["2026-12-02T07:18:00Z", "2026-12-02T07:43:00Z"], [600.0, 600.0],
+              ("2026-12-02T09:00:00+00:00", "2026-12-02T09:02:00+00:00"), commit="1234567abc")
+    text = prose.GENERATORS["rerun-time"](root)
+    assert "| VIP | 3 | 2026-12-02 06:19–06:56 | 6 min (120 s) | 48 min (2026-12-02 06:16–07:03) | 3 |" in text
+    assert "| DynaMO | 2 | 2026-12-02 07:04–07:14 | 2 min (60 s) | 14 min (2026-12-02 07:03–07:17) | 2 |" in text
+    assert "| GDRO | 2 | 2026-12-02 07:18–07:43 | 20 min (600 s) | 2 min (2026-12-02 09:00–09:02) | 0 |" in text
+    assert "| **all** | 7 | 2026-12-02 06:19–07:43 (**84 min**) |" in text
+    assert "Code digest of the runs: d1g3st; commits named in their provenance: 1234567, 1234567 (dirty), " \
+           "abcdef0, abcdef0 (dirty)." in text
