@@ -6,7 +6,9 @@
 Every committed metrics.json, steps.jsonl, prompts.jsonl.gz and config.json under
 results/*/runs is read from the revision (``git show``) and from the working tree, and compared
 with timings (keys ending in ``_seconds``) and provenance (how and where the run ran: commit,
-code digest, versions) left out. Prints how many files were compared, which differ, and the first
+code digest, versions) left out, as scripts/golden_runs.py leaves them out. Unlike the golden
+comparison (1e-6 relative, the golden file's keys) every value must be equal and every key
+present on both sides. Prints how many files were compared, which differ, and the first
 differing field of each; exit 1 when any differs. This is the check a full re-run's note cites.
 """
 
@@ -19,18 +21,9 @@ import subprocess
 import sys
 from pathlib import Path
 
+from golden_runs import _drop_timings as clean  # the golden runs' rule: no *_seconds, no provenance
+
 COMPARED = ("metrics.json", "steps.jsonl", "prompts.jsonl.gz", "config.json")
-IGNORED = {"provenance"}
-"""Keys that say how the run ran, not what it measured."""
-
-
-def clean(obj):
-    """``obj`` without timings and provenance, at any depth."""
-    if isinstance(obj, dict):
-        return {k: clean(v) for k, v in obj.items() if k not in IGNORED and not k.endswith("_seconds")}
-    if isinstance(obj, list):
-        return [clean(v) for v in obj]
-    return obj
 
 
 def load(data: bytes, name: str):
