@@ -1,7 +1,7 @@
 """Host-memory page faults of large CPU tensors (docs/paper_scale.md §5, "Host memory").
 
-Allocates, fills and frees a tensor ``--cycles`` times and prints the seconds and minor page
-faults of the cycles after the first. Run it once as is and once under each setting compared:
+Allocates, fills and frees a tensor ``--cycles`` times after ``--warmup`` such cycles and prints
+their seconds and minor page faults. Run it once as is and once under each setting compared:
 
     .venv/bin/python benchmarks/bench_host_memory.py
     GLIBC_TUNABLES=glibc.malloc.mmap_max=0:glibc.malloc.trim_threshold=4294967295 .venv/bin/python benchmarks/bench_host_memory.py
@@ -23,6 +23,8 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+
+from bench_processes import _env  # the same environment as the process benchmark's runs
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -51,8 +53,7 @@ def train(model: str, steps: int) -> dict:
         cmd = [sys.executable, "-m", "replication", "train", "--profile", "smollm2", "--model", model,
                "--seed", "0", "--out", str(Path(tmp) / "run"), "--no-progress", "--max-steps", str(steps),
                "--set", "model.threads=1", "--set", "rollout.prompts_per_step=16", "--set", "eval.prompts_per_set=8"]
-        env = {**os.environ, "PYTHONPATH": str(REPO), "OMP_NUM_THREADS": "1", "HF_HUB_OFFLINE": "1"}
-        p = subprocess.run(cmd, env=env, capture_output=True, text=True)
+        p = subprocess.run(cmd, env=_env(1), capture_output=True, text=True)
         if p.returncode != 0:
             sys.exit(f"{' '.join(cmd)}\nfailed:\n{p.stderr[-2000:]}")
         r = resource.getrusage(resource.RUSAGE_CHILDREN)
