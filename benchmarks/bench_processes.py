@@ -140,6 +140,18 @@ def summarize(rounds: list[dict[str, float]]) -> list[tuple[str, list[float]]]:
     return out
 
 
+def format_ratio(vals: list[float]) -> str:
+    """A ratio's rounds as printed and as docs/paper_scale.md quotes them: the median, then the
+    range when there are several rounds."""
+    med = f"{statistics.median(vals):.2f}"
+    return med if len(vals) < 2 else f"{med} [{min(vals):.2f}, {max(vals):.2f}]"
+
+
+def phase_medians(rounds_of_way: list[list[dict[str, float]]], rank: int) -> dict[str, float]:
+    """One way's per-phase split of ``rank``: each phase's median over the rounds."""
+    return {ph: statistics.median(s[rank][ph] for s in rounds_of_way) for ph in PHASES}
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--model", required=True, help="HF folder of the policy (e.g. results/base-model)")
@@ -181,15 +193,14 @@ def main() -> None:
     print("ratios of median steps within a round" + (": median over rounds [min, max]; each round"
                                                       if args.repeats > 1 else ":"))
     for name, vals in summary:
-        spread = f" [{min(vals):.2f}, {max(vals):.2f}]; " + ", ".join(f"{v:.2f}" for v in vals) \
-            if len(vals) > 1 else ""
-        print(f"  {name}: {statistics.median(vals):.2f}{spread}")
+        each = "; " + ", ".join(f"{v:.2f}" for v in vals) if len(vals) > 1 else ""
+        print(f"  {name}: {format_ratio(vals)}{each}")
     print("per-phase split, median seconds per step, by rank" + (" (median over rounds)" if args.repeats > 1 else "")
           + ":")
     print(f"{'way':>20} {'rank':>4} " + " ".join(f"{ph:>11}" for ph in PHASES))
     for w in ways:
         for r in range(len(splits[w][0])):
-            phases = {ph: statistics.median(s[r][ph] for s in splits[w]) for ph in PHASES}
+            phases = phase_medians(splits[w], r)
             print(f"{LABELS[w]:>20} {r:>4} " + " ".join(f"{phases[ph]:11.4f}" for ph in PHASES))
     if args.json is not None:
         args.json.write_text(json.dumps({"args": {k: (str(v) if isinstance(v, Path) else v)
