@@ -24,6 +24,12 @@ machine's other load: run it on an idle machine and read them as a ratio. On thi
 the same way's step moves by 10-20 % from one run to the next, as much as the margins the targets
 ask for, so ``--repeats N`` runs N rounds of every way, interleaved (each round's order rotated by
 one), takes each ratio within a round, and prints the median over rounds with its range.
+
+``--device cuda`` runs every way on GPUs instead (``model.device=cuda``: nccl, each rank on the GPU
+of its LOCAL_RANK; each process of the no-communication pair sees one GPU of its own through
+CUDA_VISIBLE_DEVICES). nccl runs one rank per GPU, so the 2-process ways need two GPUs: the
+benchmark refuses, before any run, a machine with fewer than its ways ask for. Not run on GPUs in
+this repository yet (docs/paper_scale.md §5).
 """
 
 from __future__ import annotations
@@ -57,6 +63,7 @@ def run(nproc: int, threads: int, args: argparse.Namespace, out: Path,
         "--seed", "0", "--out", str(out), "--no-progress", "--max-steps", str(args.steps),
         "--set", f"model.threads={threads}", "--set", f"rollout.prompts_per_step={args.prompts}",
         "--set", f"eval.prompts_per_set={args.eval_prompts}", "--set", f"model.sharding={sharding}",
+        "--set", f"model.device={args.device}",
     ] + _overrides(args)
     t0 = time.perf_counter()
     p = subprocess.run(cmd, env=_env(threads), capture_output=True, text=True)
@@ -75,9 +82,28 @@ def _overrides(args: argparse.Namespace) -> list[str]:
     return [a for kv in args.set for a in ("--set", kv)]
 
 
-def _env(threads: int) -> dict[str, str]:
-    return {**os.environ, "PYTHONPATH": str(REPO), "OMP_NUM_THREADS": str(threads), "HF_HUB_OFFLINE": "1",
-            "DVC_NO_ANALYTICS": "1"}
+def _env(threads: int, gpu: int | None = None) -> dict[str, str]:
+    """A run's environment; ``gpu``: the one GPU a process of the no-communication pair may see."""
+    env = {**os.environ, "PYTHONPATH": str(REPO), "OMP_NUM_THREADS": str(threads), "HF_HUB_OFFLINE": "1",
+           "DVC_NO_ANALYTICS": "1"}
+    if gpu is not None:
+        env["CUDA_VISIBLE_DEVICES"] = str(gpu)
+    return env
+
+
+def gpus_missing(device: str, ways: list[str]) -> str | None:
+    """Why ``ways`` cannot run on ``device`` (None when they can): on CUDA every process of a way
+    needs a GPU of its own."""
+    if device != "cuda":
+        return None
+    import torch
+
+    need = max(WAYS[w][0] for w in ways)
+    have = torch.cuda.device_count() if torch.cuda.is_available() else 0
+    if have >= need:
+        return None
+    return (f"--device cuda: the ways {','.join(ways)} need {need} GPU(s), one per process (nccl runs one "
+            f"rank per GPU); this machine has {have}")
 
 
 def _steps(out: Path) -> list[dict]:
@@ -99,8 +125,10 @@ def _run_free(nproc: int, args: argparse.Namespace, out: Path) -> tuple[float, f
                "--allocator", args.allocator, "--seed", str(r), "--out", str(outs[-1]), "--no-progress",
                "--max-steps", str(args.steps), "--set", "model.threads=1",
                "--set", f"rollout.prompts_per_step={args.prompts // nproc}",
-               "--set", f"eval.prompts_per_set={args.eval_prompts}"] + _overrides(args)
-        procs.append((cmd, subprocess.Popen(cmd, env=_env(1), stdout=subprocess.DEVNULL,
+               "--set", f"eval.prompts_per_set={args.eval_prompts}", "--set", f"model.device={args.device}",
+               ] + _overrides(args)
+        env = _env(1, gpu=r if args.device == "cuda" else None)
+        procs.append((cmd, subprocess.Popen(cmd, env=env, stdout=subprocess.DEVNULL,
                                             stderr=subprocess.PIPE, text=True)))
     for cmd, p in procs:
         err = p.communicate()[1]
@@ -168,13 +196,19 @@ def main() -> None:
     ap.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
                     help="a config override for every way alike (e.g. optim.fused=true)")
     ap.add_argument("--json", type=Path, default=None, help="also write every round's figures here")
+    ap.add_argument("--device", choices=("cpu", "cuda"), default="cpu",
+                    help="where every way trains (cuda: one GPU per process, nccl)")
     args = ap.parse_args()
     ways = args.ways.split(",")
     unknown = [w for w in ways if w not in WAYS]
     if unknown or args.repeats < 1:
         sys.exit(f"unknown ways {unknown} (known: {', '.join(WAYS)})" if unknown else "--repeats must be >= 1")
+    missing = gpus_missing(args.device, ways)
+    if missing:
+        sys.exit(missing)
     print(f"profile={args.profile} allocator={args.allocator} prompts/step={args.prompts} "
-          f"steps={args.steps} repeats={args.repeats} cpus={os.cpu_count()} load={os.getloadavg()[0]:.2f}"
+          f"steps={args.steps} repeats={args.repeats} device={args.device} cpus={os.cpu_count()} "
+          f"load={os.getloadavg()[0]:.2f}"
           + "".join(f" {kv}" for kv in args.set))
     print(f"{'round':>5} {'processes x threads':>20} {'median step s':>14} {'wall s':>8} {'load 1-min':>11}")
     rounds: list[dict[str, float]] = []

@@ -54,12 +54,27 @@ def test_water_level_continuous_is_a_clipped_line(inst):
     assert x.min() >= lower - 1e-12 and x.max() <= upper + 1e-12
     free = (x > lower + 1e-9) & (x < upper - 1e-9) & (sigma > 0)
     if free.sum() >= 2:
-        c = x[free] / sigma[free]
-        np.testing.assert_allclose(c, c[0], rtol=1e-9)
+        # in logs, as the solver works: with subnormal sigmas c = x / sigma overflows a float
+        # (hypothesis found sigma 1.1e-308 at x 2.5, c 2.2e308)
+        log_c = np.log(x[free]) - np.log(sigma[free])
+        np.testing.assert_allclose(log_c, log_c[0], rtol=0, atol=1e-9)
         # the clip form: prompts at L have c sigma <= L, at U have c sigma >= U
         pos = sigma > 0
-        assert np.all(c[0] * sigma[pos & (x <= lower + 1e-9)] <= lower * (1 + 1e-9) + 1e-9)
-        assert np.all(c[0] * sigma[pos & (x >= upper - 1e-9)] >= upper * (1 - 1e-9))
+        with np.errstate(divide="ignore"):
+            at_lower = log_c[0] + np.log(sigma[pos & (x <= lower + 1e-9)])
+            assert np.all(at_lower <= np.log(lower * (1 + 1e-9) + 1e-9) + 1e-9)
+            at_upper = log_c[0] + np.log(sigma[pos & (x >= upper - 1e-9)])
+            assert np.all(at_upper >= np.log(upper * (1 - 1e-9)) - 1e-9)
+
+
+def test_water_level_continuous_with_subnormal_sigmas():
+    """The counterexample hypothesis found: 14 prompts saturate at U, the other three share the
+    rest in proportion to sigmas of 1e-308 and below (c ~ 2e308, past the largest float)."""
+    sigma = np.array([0.1] * 14 + [1.11253693e-308, 2.22507386e-309, 4.94065646e-324])
+    x = water_level_continuous(sigma, 199, 0, 14)
+    np.testing.assert_allclose(x[:14], 14.0)
+    np.testing.assert_allclose(x[14:], 3 * sigma[14:] / sigma[14:].sum(), rtol=1e-6, atol=1e-12)
+    np.testing.assert_array_equal(water_level_allocation(sigma, 199, 0, 14), [14] * 14 + [2, 1, 0])
 
 
 def test_water_level_hand_examples():

@@ -61,3 +61,29 @@ def test_two_rounds_end_to_end(base_model_dir, tmp_path):
     assert all(v > 0 for v in floor)
     assert len(res["splits"]["2x1free"][0]) == 2  # both processes' phase splits
     assert "median over rounds" in p.stdout
+
+
+def test_cuda_needs_one_gpu_per_process(bench, monkeypatch):
+    import torch
+
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 1)
+    assert bench.gpus_missing("cpu", ["1x1", "2x1"]) is None
+    assert bench.gpus_missing("cuda", ["1x1"]) is None
+    why = bench.gpus_missing("cuda", ["1x1", "2x1free"])
+    assert "need 2 GPU(s)" in why and "this machine has 1" in why
+    # the no-communication pair's processes see one GPU each; CPU runs leave the variable alone
+    assert bench._env(1, gpu=1)["CUDA_VISIBLE_DEVICES"] == "1"
+    monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
+    assert "CUDA_VISIBLE_DEVICES" not in bench._env(1)
+
+
+def test_cuda_without_the_gpus_is_refused_before_any_run(tmp_path):
+    import torch
+
+    if torch.cuda.is_available() and torch.cuda.device_count() >= 2:
+        pytest.skip("this machine has the two GPUs the 2-process ways need")
+    p = subprocess.run([sys.executable, str(SCRIPT), "--model", str(tmp_path), "--device", "cuda",
+                        "--ways", "1x1,2x1"], capture_output=True, text=True, timeout=120)
+    assert p.returncode != 0 and "need 2 GPU(s)" in p.stderr
+    assert "round" not in p.stdout  # refused before the first run's table
