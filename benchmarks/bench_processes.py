@@ -83,11 +83,14 @@ def _overrides(args: argparse.Namespace) -> list[str]:
 
 
 def _env(threads: int, gpu: int | None = None) -> dict[str, str]:
-    """A run's environment; ``gpu``: the one GPU a process of the no-communication pair may see."""
+    """A run's environment; ``gpu``: the one GPU a process of the no-communication pair may see,
+    counted among the GPUs this benchmark sees (the ``gpu``-th entry of CUDA_VISIBLE_DEVICES when
+    that is set)."""
     env = {**os.environ, "PYTHONPATH": str(REPO), "OMP_NUM_THREADS": str(threads), "HF_HUB_OFFLINE": "1",
            "DVC_NO_ANALYTICS": "1"}
     if gpu is not None:
-        env["CUDA_VISIBLE_DEVICES"] = str(gpu)
+        visible = [d for d in env.get("CUDA_VISIBLE_DEVICES", "").split(",") if d.strip()]
+        env["CUDA_VISIBLE_DEVICES"] = visible[gpu].strip() if visible else str(gpu)
     return env
 
 

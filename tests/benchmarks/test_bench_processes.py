@@ -73,9 +73,11 @@ def test_cuda_needs_one_gpu_per_process(bench, monkeypatch):
     why = bench.gpus_missing("cuda", ["1x1", "2x1free"])
     assert "need 2 GPU(s)" in why and "this machine has 1" in why
     # the no-communication pair's processes see one GPU each; CPU runs leave the variable alone
-    assert bench._env(1, gpu=1)["CUDA_VISIBLE_DEVICES"] == "1"
     monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
+    assert bench._env(1, gpu=1)["CUDA_VISIBLE_DEVICES"] == "1"
     assert "CUDA_VISIBLE_DEVICES" not in bench._env(1)
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "4, 6")  # the benchmark was given GPUs 4 and 6
+    assert [bench._env(1, gpu=r)["CUDA_VISIBLE_DEVICES"] for r in (0, 1)] == ["4", "6"]
 
 
 def test_cuda_without_the_gpus_is_refused_before_any_run(tmp_path):
