@@ -2,8 +2,10 @@
 the gradient all-reduce over gloo between 2 processes, the AdamW step with each of torch's
 kernels (the per-parameter loop, the trainer's default; foreach; fused, ``optim.fused``) over the
 whole policy and over half of it (what one of 2 ranks would step with a sharded optimizer), the
-gradient clip, and the AdamW step over the FSDP-sharded policy (foreach, the FSDP default, and
-fused).
+gradient clip, the AdamW step over the FSDP-sharded policy (foreach, the FSDP default, and
+fused), and the replicated step against a sharded one (ZeRO-1: torch's ``ZeroRedundancyOptimizer``
+over the same AdamW loop, each rank stepping its share and then broadcasting it), both ranks at
+once.
 
     .venv/bin/python benchmarks/bench_update_costs.py --model .cache/smollm2-135m-instruct
 
@@ -62,6 +64,7 @@ def _ranks(args: argparse.Namespace) -> None:
         rows["gradient clip, all parameters (s)"] = _median(
             lambda: torch.nn.utils.clip_grad_norm_(params, 1.0, foreach=True), args.repeats)
     dist.barrier()
+    rows.update(_sharded_step_rows(args, params))
     rows.update(_fsdp_rows(args))
     if dist.get_rank() == 0:
         print(f"{n / 1e6:.1f} M parameters, {4 * n / 2**20:.0f} MiB of fp32 gradient; median of {args.repeats}")
@@ -69,6 +72,31 @@ def _ranks(args: argparse.Namespace) -> None:
             print(f"{k:>60} {v:8.3f}")
     dist.barrier()
     dist.destroy_process_group()
+
+
+def _sharded_step_rows(args: argparse.Namespace, params: list) -> dict[str, float]:
+    """Every rank stepping all parameters (DDP, the trainer) against ZeRO-1 (each rank steps the
+    parameters it owns, then every rank's updated ones are broadcast: the same loop per
+    parameter, so the same numbers), both ranks at once as in a 2-process step."""
+    import torch
+    import torch.distributed as dist
+    from torch.distributed.optim import ZeroRedundancyOptimizer
+
+    for p in params:
+        p.grad = torch.randn_like(p) * 1e-3
+    full = torch.optim.AdamW(params, lr=1e-6, foreach=False)
+    zero = ZeroRedundancyOptimizer(params, optimizer_class=torch.optim.AdamW, lr=1e-6, foreach=False)
+    full.step(), zero.step()  # state allocated: time the steady step
+    rows = {
+        "AdamW step (loop), all parameters, 2 ranks at once (s)": _median(
+            lambda: (dist.barrier(), full.step()), args.repeats),
+        "ZeRO-1 step (loop on its share + broadcast), 2 ranks at once (s)": _median(
+            lambda: (dist.barrier(), zero.step()), args.repeats),
+    }
+    del full, zero
+    for p in params:
+        p.grad = None
+    return rows
 
 
 def _fsdp_rows(args: argparse.Namespace) -> dict[str, float]:
