@@ -4,7 +4,6 @@ them (a typed figure that drifts from its record fails here)."""
 
 from __future__ import annotations
 
-import importlib.util
 import json
 from pathlib import Path
 
@@ -13,14 +12,6 @@ import pytest
 REPO = Path(__file__).resolve().parents[2]
 RECORDS = sorted((REPO / "benchmarks" / "records").glob("*.json"))
 DOC = REPO / "docs" / "paper_scale.md"
-
-
-@pytest.fixture(scope="module")
-def bench():
-    spec = importlib.util.spec_from_file_location("bench_processes", REPO / "benchmarks" / "bench_processes.py")
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
 
 
 def _load(path: Path) -> dict:
