@@ -11,8 +11,9 @@
 
 Every argument is checked (and the profile validated) before any model is loaded. A user-facing
 error is one line on stderr naming the bad key, file or value, with exit code 2; a run that
-diverges (NaN/inf) exits 3; a damaged run or export, or a write that fails (disk full, I/O
-error), exits 1 with one line naming the file; Ctrl-C exits 130.
+diverges (NaN/inf) exits 3; a damaged run or export, or a write that fails (disk full, quota,
+file-size limit, read-only disk, permission, I/O error), exits 1 with one line naming the file
+and the free space; Ctrl-C exits 130.
 """
 
 from __future__ import annotations
@@ -203,9 +204,10 @@ def _check_args(args: argparse.Namespace) -> None:
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
-    from replication.store import DamagedArtifact, DiskFull
+    from replication.store import DamagedArtifact, DiskFull, ignore_file_size_signal
     from replication.train.run_folder import NonFiniteError
 
+    ignore_file_size_signal()  # past RLIMIT_FSIZE a write fails (EFBIG, one line), no SIGXFSZ kill
     try:
         return _main(args)
     except (DamagedArtifact, DiskFull) as e:  # one line naming the file (and the free space)

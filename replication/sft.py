@@ -41,6 +41,7 @@ from tqdm.auto import tqdm
 from replication.models import TinyModelConfig, build_char_tokenizer, build_tiny_model, count_parameters, save_policy
 from replication.rollout.base import SamplingConfig
 from replication.rollout.hf_engine import HFRolloutEngine
+from replication.store import staged_files, write_atomic
 from replication.tasks import TaskMixSpec, TaskSuite, build_tasks, generate_level, get_level, score_batch
 from replication.tasks.procedural import split_seed
 from replication.tasks.pools import twin_overlap
@@ -202,7 +203,8 @@ def run_sft(cfg: SFTConfig, out_dir: str | Path, tasks: TaskMixSpec | None = Non
             model.train()
     train_seconds = time.perf_counter() - t_train
     model.eval()
-    save_policy(model, tokenizer, out_dir)
+    with staged_files(out_dir) as tmp:  # each file renamed in whole: no half-written weights
+        save_policy(model, tokenizer, tmp)
     t_probe = time.perf_counter()
     final = probe(engine, suite, cfg, cfg.seed + 1)
     report = {
@@ -222,7 +224,7 @@ def run_sft(cfg: SFTConfig, out_dir: str | Path, tasks: TaskMixSpec | None = Non
         **final,
         "trajectory": trajectory,
     }
-    (out_dir / "sft_report.json").write_text(json.dumps(report, indent=1))
+    write_atomic(out_dir / "sft_report.json", json.dumps(report, indent=1))
     return report
 
 

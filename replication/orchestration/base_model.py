@@ -24,6 +24,7 @@ from pathlib import Path
 
 from replication.code_digest import code_digest
 from replication.config import load_profile, to_dict
+from replication.store import write_atomic
 
 KEY_FILE = "BASE_KEY"
 PACKAGE = Path(__file__).resolve().parents[1]
@@ -53,7 +54,7 @@ def ensure_base_model(profile: str, out: str | Path) -> str:
         marker.unlink()  # the folder is about to change: never leave a stale key beside it
     subprocess.run([sys.executable, "-m", "replication", "prepare-model", "--profile", profile, "--out", str(out)],
                    check=True)
-    marker.write_text(key + "\n")
+    write_atomic(marker, key + "\n")
     return f"base model built in {out} for profile {profile} (key {key})"
 
 

@@ -8,12 +8,13 @@ carries a manifest that readers verify (../shared/DESIGN.md, issue 18).
     verify_manifest(dest, kind="run-export")      # DamagedArtifact names the folder and the problem
 """
 
-from replication.store.atomic import DiskFull, io_errors, write_atomic
+from replication.store.atomic import DiskFull, ignore_file_size_signal, io_errors, write_atomic
 from replication.store.lock import LockHeld, hold_writer_lock, release_writer_lock, writer_lock
 from replication.store.manifest import MANIFEST, DamagedArtifact, is_complete, verify_manifest, write_manifest
-from replication.store.staged import staged_dir
+from replication.store.staged import staged_dir, staged_files
 
 __all__ = [
-    "MANIFEST", "DamagedArtifact", "DiskFull", "LockHeld", "hold_writer_lock", "io_errors", "is_complete",
-    "release_writer_lock", "staged_dir", "verify_manifest", "write_atomic", "write_manifest", "writer_lock",
+    "MANIFEST", "DamagedArtifact", "DiskFull", "LockHeld", "hold_writer_lock", "ignore_file_size_signal",
+    "io_errors", "is_complete", "release_writer_lock", "staged_dir", "staged_files", "verify_manifest",
+    "write_atomic", "write_manifest", "writer_lock",
 ]

@@ -17,6 +17,7 @@ from replication.config import ConfigError, TrainConfig, from_dict
 from replication.evaluate.runner import Evaluator
 from replication.rl import DynaMOConfig, PPOConfig
 from replication.rl.modulation import MODULATIONS
+from replication.store import staged_dir
 from replication.train.distributed import World, engine_group_size
 from replication.train.sampler import EpochSampler
 from replication.tasks.data import PromptSet, build_data
@@ -142,14 +143,17 @@ class Components:
         self.engine.sync_weights(self.engine_view())
 
     def save_model(self, path: Path) -> None:
-        """The policy as an HF folder, written by rank 0 (under FSDP every rank must call it)."""
+        """The policy as an HF folder, written by rank 0 (under FSDP every rank must call it),
+        built beside ``path`` and swapped in whole: a failed write (DiskFull) leaves the previous
+        folder, if any, as it was and no partial weights or tokenizer behind."""
         if self.world.fsdp:
             from replication.train.fsdp import save_pretrained
 
             save_pretrained(self.model, self.tokenizer, path, self.world, state=self.full_model_state())
         elif self.world.is_main:
-            self.model.save_pretrained(path)
-            self.tokenizer.save_pretrained(path)
+            with staged_dir(path, kind=None) as tmp:
+                self.model.save_pretrained(tmp)
+                self.tokenizer.save_pretrained(tmp)
 
 
 def build_components(cfg: TrainConfig, world: World = World()) -> Components:

@@ -166,6 +166,9 @@ def save_pretrained(model: torch.nn.Module, tokenizer: Any, path, world: World,
         # the gathered dict has the tied head as its own entry; an HF folder stores it once
         for key in list(getattr(model, "_tied_weights_keys", None) or ()):
             state.pop(key, None)
-    if world.is_main:
-        model.save_pretrained(path, state_dict=state)
-        tokenizer.save_pretrained(path)
+    if world.is_main:  # built beside ``path`` and swapped in whole (store.staged_dir)
+        from replication.store import staged_dir
+
+        with staged_dir(path, kind=None) as tmp:
+            model.save_pretrained(tmp, state_dict=state)
+            tokenizer.save_pretrained(tmp)

@@ -27,6 +27,7 @@ from tqdm.auto import tqdm
 
 from replication.config import TrainConfig, to_dict
 from replication.rl import group_advantages
+from replication.store import write_atomic
 from replication.train.checkpoint import save_checkpoint
 from replication.train.components import Components, build_components
 from replication.train.distributed import (
@@ -81,7 +82,7 @@ def _train(cfg: TrainConfig, out: Path, steps: int, world: World, *, resume: boo
     c = build_components(cfg, world)  # validates data, allocator and model before anything is written
     if world.is_main:
         out.mkdir(parents=True, exist_ok=True)
-        (out / "config.json").write_text(json.dumps(to_dict(cfg), indent=1))
+        write_atomic(out / "config.json", json.dumps(to_dict(cfg), indent=1))  # whole or absent
     if ckpt is None:
         start, wall_before = 0, 0.0
         eval_before = c.evaluator(c.engine_view(), seed=cfg.seed)

@@ -16,6 +16,7 @@ import json
 from pathlib import Path
 
 from replication.config import ConfigError, TrainConfig
+from replication.store import write_atomic
 
 
 def prepare_model(cfg: TrainConfig, out: str | Path | None = None, steps: int | None = None) -> str:
@@ -46,10 +47,10 @@ def prepare_model(cfg: TrainConfig, out: str | Path | None = None, steps: int | 
             raise ConfigError(f"prepare-model --profile {cfg.profile}: {err}") from None
         if out is not None:
             out.mkdir(parents=True, exist_ok=True)
-            (out / "MODEL_SOURCE.json").write_text(json.dumps({"source": "smollm2", "path": str(path)}, indent=1))
+            write_atomic(out / "MODEL_SOURCE.json", json.dumps({"source": "smollm2", "path": str(path)}, indent=1))
         return f"SmolLM2-135M-Instruct converted to {path}"
     if out is None:
         return f"profile {cfg.profile} loads {cfg.model.path} directly; nothing to build"
     out.mkdir(parents=True, exist_ok=True)
-    (out / "MODEL_SOURCE.json").write_text(json.dumps({"source": "hub", "path": cfg.model.path}, indent=1))
+    write_atomic(out / "MODEL_SOURCE.json", json.dumps({"source": "hub", "path": cfg.model.path}, indent=1))
     return f"profile {cfg.profile} loads {cfg.model.path} directly; nothing to build"

@@ -11,8 +11,10 @@ The checkpoint is the truth: a partial last line (a kill or a full disk in the m
 is trimmed with a warning; a damaged line before it, or logs that stop before the checkpoint's
 step, make the checkpoint unresumable (``logs_problem``, checked by run_folder.prepare_run).
 
-A write that fails (disk full, I/O error) is cut back to the last whole line when possible and
-raises ``store.DiskFull``: one line naming the file and the free space on its disk.
+A write that fails (disk full, file-size limit, permissions, I/O error) is cut back to the last
+whole line when possible and raises ``store.DiskFull``: one line naming the file and the free
+space on its disk. dvclive's writes (and the DVC repository it opens) are guarded the same way;
+its folder is rebuilt from ``steps.jsonl`` on resume, so a failure there loses nothing.
 """
 
 from __future__ import annotations
@@ -180,18 +182,20 @@ class RunLog:
             from dvclive import Live
 
             shutil.rmtree(self.dir / "dvclive", ignore_errors=True)
-            self.live = Live(str(self.dir / "dvclive"), save_dvc_exp=False, dvcyaml=False)
+            with io_errors(self.dir / "dvclive"):
+                self.live = Live(str(self.dir / "dvclive"), save_dvc_exp=False, dvcyaml=False)
             for row in previous:
                 self._to_live(row)
 
     def _to_live(self, row: dict) -> None:
         if self.live is None:
             return
-        self.live.step = int(row["step"])
-        for key in LIVE_KEYS:
-            if key in row and row[key] is not None:
-                self.live.log_metric(f"train/{key}", float(row[key]))
-        self.live.next_step()
+        with io_errors(self.dir / "dvclive"):  # a full disk here is one line, not dvclive's traceback
+            self.live.step = int(row["step"])
+            for key in LIVE_KEYS:
+                if key in row and row[key] is not None:
+                    self.live.log_metric(f"train/{key}", float(row[key]))
+            self.live.next_step()
 
     def log_step(self, row: dict, prompt_rows: list[dict]) -> None:
         row = _jsonable(row)
@@ -201,4 +205,5 @@ class RunLog:
 
     def close(self) -> None:
         if self.live is not None:
-            self.live.end()
+            with io_errors(self.dir / "dvclive"):
+                self.live.end()

@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from replication.config import ConfigError, TrainConfig, to_dict
+from replication.store import write_atomic
 
 WEIGHT_FILES = ("model.safetensors", "model.safetensors.index.json", "pytorch_model.bin",
                 "pytorch_model.bin.index.json")
@@ -86,5 +87,5 @@ def evaluate_checkpoint(cfg: TrainConfig, checkpoint: str | Path, out: str | Pat
     }
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
-    (out / "metrics.json").write_text(json.dumps(result, indent=1, sort_keys=True))
+    write_atomic(out / "metrics.json", json.dumps(result, indent=1, sort_keys=True))
     return result
