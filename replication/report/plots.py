@@ -33,10 +33,17 @@ CURVE_KEYS = ("reward", "zero_variance_frac", "grad_norm", "entropy")
 
 
 def save(fig: Figure, path: str | Path, dpi: int = 120) -> Figure:
-    """Write ``fig`` as PNG (folders created) and return it."""
+    """Write ``fig`` as PNG (folders created) and return it; rendered in memory and written
+    whole (store.write_atomic), so a full disk leaves no truncated image and is one line."""
+    import io
+
+    from replication.store import write_atomic
+
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, dpi=dpi, bbox_inches="tight")
+    buf = io.BytesIO()
+    fig.savefig(buf, format=path.suffix.lstrip(".") or "png", dpi=dpi, bbox_inches="tight")
+    write_atomic(path, buf.getvalue())
     return fig
 
 

@@ -28,6 +28,7 @@ import pandas as pd
 from replication.report import prose_gdro, prose_regime  # noqa: F401  (register their blocks)
 from replication.report.prose_registry import GENERATORS, PAPERS, _p, _pts, _summary, block  # noqa: F401
 from replication.report.stats import MINUS
+from replication.store import write_atomic
 
 PROSE_FILES = ("README.md", "docs/gradient_variance.md", "docs/regime.md", "docs/fidelity/gdro.md",
                "docs/fidelity/vip.md")
@@ -177,7 +178,7 @@ def refresh(root: Path, files=PROSE_FILES) -> list[str]:
             text = path.read_text()
             fresh = render(text, Path(root))
             if fresh != text:
-                path.write_text(fresh)
+                write_atomic(path, fresh)  # a doc is never left half-rendered
                 changed.append(rel)
     return changed
 

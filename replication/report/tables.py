@@ -180,14 +180,17 @@ def to_markdown(df: pd.DataFrame, floatfmt: str = ".3g") -> str:
 
 
 def write_tables(tables: dict[str, pd.DataFrame], folder: str | Path) -> list[Path]:
-    """Write each frame as <name>.csv and <name>.md in ``folder`` (created); returns the paths."""
+    """Write each frame as <name>.csv and <name>.md in ``folder`` (created); returns the paths.
+    Each file whole or absent (store.write_atomic): a full disk is one line naming it."""
+    from replication.store import write_atomic
+
     out = Path(folder)
     out.mkdir(parents=True, exist_ok=True)
     paths = []
     for name, df in tables.items():
         csv, md = out / f"{name}.csv", out / f"{name}.md"
-        df.to_csv(csv, index=False)
-        md.write_text(to_markdown(df) + "\n")
+        write_atomic(csv, df.to_csv(index=False))
+        write_atomic(md, to_markdown(df) + "\n")
         paths += [csv, md]
     return paths
 
@@ -210,7 +213,9 @@ def write_summary_json(cmp: pd.DataFrame, path: str | Path, *, profile: str, see
         "mde": float(getattr(r, "mde", np.nan)),
     } for r in part.itertuples()]
     out = {"profile": profile, "seeds": [int(s) for s in seeds], "comparisons": comps}
+    from replication.store import write_atomic
+
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps(out, indent=1, allow_nan=True) + "\n")
+    write_atomic(path, json.dumps(out, indent=1, allow_nan=True) + "\n")
     return out
