@@ -33,10 +33,18 @@ steps = None               # None: the section's steps (null there: the profile'
 gradvar_draws = None       # rollout sets per allocator and checkpoint (gradient variance); None: 30, quick: 6 of 16 prompts, 2 checkpoints
 
 # %%
+# JupyterLab and nbconvert start the kernel in notebooks/; params.yaml and the paths in it and in the
+# profiles (results/base-model, results/encoder) are the repository's, so the kernel works from its
+# root (replication/paths.py: the folder with dvc.yaml and params.yaml; running this again is a no-op).
+from replication.paths import enter_repo_root
+print(f"repository root: {enter_repo_root()}")
+
+# %%
 # Cached results load; only runs missing from the output folder and the run cache (.cache/runs) train.
 from IPython.display import Markdown, display
 from replication.orchestration.grid import run_paper
 from replication.report import pipeline, plots, tables, paper_tables, lab, conclusions
+from replication.report.inline import show  # figures inline (PNG) in every front end
 from replication.report.runs import list_runs
 from replication.stage_params import notebook_value
 
@@ -67,7 +75,7 @@ display(Markdown("**Held-out accuracy after training** (mean ± 95 % CI over see
 table = tables.arm_table(pr.ev, phase="after")
 display(table)
 before = tables.arm_table(pr.ev, phase="before")
-plots.arm_comparison(pr.ev, pr.figures / "heldout.png", phase="after");
+show(plots.arm_comparison(pr.ev, pr.figures / "heldout.png", phase="after"))
 
 # %%
 cmp = pipeline.comparisons(pr)
@@ -103,14 +111,14 @@ pred_summary = predictor_study.seed_mean_summary(pred_by_seed)
 pred_paired = predictor_study.paired_mae(pred_by_seed)
 display(pred_summary)
 display(pred_paired)
-predictor_study.plot_mae(replays[replays["seed"] == pr.seeds[0]], pr.figures / "predictor_mae.png");
+show(predictor_study.plot_mae(replays[replays["seed"] == pr.seeds[0]], pr.figures / "predictor_mae.png"))
 
 # %% [markdown]
 # ## Allocation curve: rollouts against predicted success probability
 
 # %%
 vip_rec = pr.prompts[pr.prompts["arm"].isin(["RLOO+VIP", "Dr.GRPO+VIP"])]
-plots.allocation_curve(vip_rec, pr.figures / "allocation_curve.png");
+show(plots.allocation_curve(vip_rec, pr.figures / "allocation_curve.png"))
 
 # %% [markdown]
 # ## Overhead: allocator time (plan + GP update) as a share of step time
@@ -123,7 +131,7 @@ display(overhead)
 # ## Training dynamics
 
 # %%
-plots.training_curves(pr.steps, pr.figures / "training_curves.png", smooth=5);
+show(plots.training_curves(pr.steps, pr.figures / "training_curves.png", smooth=5))
 
 # %% [markdown]
 # ## Allocation lab
@@ -136,7 +144,7 @@ print(drift.describe())
 lab_df = lab.run_lab(drift, lab.LabConfig(), seed=0)
 lab_summary = lab.summarise_lab(lab_df)
 display(lab_summary)
-lab.plot_lab(lab_df, pr.figures / "allocation_lab.png");
+show(lab.plot_lab(lab_df, pr.figures / "allocation_lab.png"))
 
 # %% [markdown]
 # ## Gradient variance on the real model (issue 10)
@@ -161,7 +169,7 @@ gv_table, gv_lab = gvr.variance_table(gv_df), gvr.lab_comparison(gv_df, lab_summ
 display(gv_table)
 display(gv_lab)
 tables.write_tables({"gradient_variance": gv_table, "gradient_variance_vs_lab": gv_lab}, pr.tables)
-gvr.plot_gradient_variance(gv_df, pr.figures / "gradient_variance.png");
+show(gvr.plot_gradient_variance(gv_df, pr.figures / "gradient_variance.png"))
 
 # %% [markdown]
 # ## Is each mechanism engaged? Sample efficiency and the regime diagnostics (issue 10)

@@ -25,8 +25,11 @@ STAGES = ("base", *PAPER_STAGES, "report")
 SECTION_KEYS = {"seeds", "main", "run", "steps", "baseline", "base", "arms"}
 
 
-def load_params(params_file: str | Path) -> dict[str, Any]:
-    path = Path(params_file)
+def load_params(params_file: str | Path | None = None) -> dict[str, Any]:
+    """params.yaml as a mapping; None: the repository's (replication.paths), wherever the cwd is."""
+    from replication.paths import params_path
+
+    path = params_path(params_file)
     if not path.is_file():
         raise ConfigError(f"{path}: no such params file")
     params = load_yaml_file(path)
@@ -46,9 +49,11 @@ def _check_top(params: dict, path: Path) -> str:
     return profile
 
 
-def validate_section(params: dict, section: str, path: str | Path = "params.yaml") -> str:
+def validate_section(params: dict, section: str, path: str | Path | None = None) -> str:
     """Check one paper section; returns a one-line summary. Raises ConfigError naming the key."""
-    path = Path(path)
+    from replication.paths import params_path
+
+    path = params_path(path)
     profile = _check_top(params, path)
     sec = params.get(section)
     if not isinstance(sec, dict):
@@ -110,10 +115,12 @@ def validate_section(params: dict, section: str, path: str | Path = "params.yaml
             f"{len(picked_seeds)} seeds)")
 
 
-def validate_stage(params_file: str | Path, stage: str) -> str:
+def validate_stage(params_file: str | Path | None, stage: str) -> str:
+    from replication.paths import params_path
+
     if stage not in STAGES:
         raise ConfigError(f"--stage: unknown stage {stage!r}; known: {list(STAGES)}")
-    path = Path(params_file)
+    path = params_path(params_file)
     params = load_params(path)
     if stage in PAPER_STAGES:
         return validate_section(params, stage, path)

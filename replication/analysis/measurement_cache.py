@@ -63,7 +63,7 @@ def measurement_key(cfg: TrainConfig, gv: GradVarConfig, package: str | Path | N
     return h.hexdigest()[:16]
 
 
-def baseline_overrides(section: str, baseline: str, params_file: str | Path = "params.yaml",
+def baseline_overrides(section: str, baseline: str, params_file: str | Path | None = None,
                        overrides: dict | None = None) -> dict:
     """The config overrides of a paper's baseline arm: params.yaml's ``base`` + the arm's keys +
     the notebook's ``overrides`` (what the measured uniform run must share with the paper's arms)."""
@@ -71,7 +71,7 @@ def baseline_overrides(section: str, baseline: str, params_file: str | Path = "p
 
     sec = load_section(section, params_file)
     if baseline not in (sec.get("arms") or {}):
-        raise ValueError(f"{section}: no arm {baseline!r} in {params_file}; arms: {sorted(sec.get('arms') or {})}")
+        raise ValueError(f"{section}: no arm {baseline!r} in {params_file or 'params.yaml'}; arms: {sorted(sec.get('arms') or {})}")
     return {**(sec.get("base") or {}), **sec["arms"][baseline], **dict(overrides or {})}
 
 
