@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 
 from replication.__main__ import main
-from replication.report.run_evidence import verify_run
+from replication.store.run_evidence import verify_run
 from replication.train import checkpoint as ck
 
 from proc_helpers import alive, run_metrics, wait_until

@@ -3,8 +3,10 @@
     pr = run_paper("vip")                                   # params.yaml's arms, seeds, steps
     pr = run_paper("vip", overrides={"optim.lr": 6e-5}, seeds=[0], arms=["RLOO", "RLOO+VIP"])
 
-A run whose export in ``results/<paper>/runs/<arm>/s<seed>/`` verifies and carries the same cache
-key is loaded as is; one in the run cache is exported; only the rest trains (with a progress bar).
+A run whose export in ``OUT/<arm>/s<seed>/`` verifies and holds the same key (its key record,
+checked against its own files) is loaded as is; one that a published export holds (a trial's
+``published`` folders: results/<paper>/runs) is copied; one in the run cache is exported; only the
+rest trains (with a progress bar). The grid says which is which before it starts.
 Every export is checked before anything trains: a damaged one stops the grid with an error
 naming it (run_cache.exported_key); a damaged cache entry is retrained with a warning.
 The returned ``PaperRun`` (``replication.report.pipeline``) holds the tidy frames the notebooks read.
@@ -21,7 +23,9 @@ from tqdm.auto import tqdm
 
 from replication.interrupts import RunGuard
 from replication.orchestration.arms import QUICK_PROFILE, Arm, _slug, select_arms  # noqa: F401 (re-exported)
-from replication.orchestration.run_cache import DEFAULT_CACHE, cached_run, ensure_run, export_run, exported_key, run_key
+from replication.orchestration.run_cache import (DEFAULT_CACHE, cached_run, copy_export, ensure_run, export_run, exported_key,
+                                                 published_exports, run_key)
+from replication.store.run_key import FileDigests
 from replication.report.pipeline import PaperRun, load_paper_run
 
 
@@ -34,31 +38,45 @@ def run_grid(
     steps: int | None = None,
     workers: int = 2,
     cache: str | Path = DEFAULT_CACHE,
+    published: list[Path] | tuple = (),
 ) -> pd.DataFrame:
-    """Train every missing (arm, seed), export each to OUT/<arm>/s<seed>/, return one row per run."""
+    """Train every missing (arm, seed), export each to OUT/<arm>/s<seed>/, return one row per run.
+    ``published``: export folders (``<root>/<arm>/s<seed>``) whose runs are copied, not retrained,
+    when they hold a run's key."""
     cache, out_dir = Path(cache), Path(out_dir)
     names = [a.name for a in arms]
     if len(set(names)) != len(names):
         raise ValueError(f"arm names must be unique: {names}")
     if not seeds:
         raise ValueError("seeds: at least one seed is needed")
-    keys = {}
+    keys, digests = {}, FileDigests()  # each named file hashed once for the whole grid
     for arm in arms:  # validate every configuration before any compute
         for seed in seeds:
-            keys[arm.name, seed] = run_key(profile, arm.overrides, seed, steps)[0]
+            keys[arm.name, seed] = run_key(profile, arm.overrides, seed, steps, digests)[0]
     jobs = [(a, s) for s in seeds for a in arms]
-    rows, todo = [], []
+    elsewhere = {k: v for k, v in published_exports(list(published)).items()
+                 if Path(v).resolve().parent.parent != out_dir.resolve()}
+    rows, todo, found = [], [], {"exported": 0, "published": 0, "cache": 0}
     for arm, seed in jobs:
         dest = out_dir / _slug(arm.name) / f"s{seed}"
         key = keys[arm.name, seed]
-        if exported_key(dest) != key:
+        if exported_key(dest) == key:
+            found["exported"] += 1
+        elif key in elsewhere:
+            copy_export(elsewhere[key], dest, key)
+            found["published"] += 1
+        else:
             cached = cached_run(key, cache, warn=False)  # ensure_run warns when it retrains
             if cached is None:
                 todo.append((arm, seed))
                 continue
             export_run(cached, dest, key)
+            found["cache"] += 1
         rows.append({"arm": arm.name, "seed": seed, "dir": str(dest)})
-    print(f"{len(jobs)} runs: {len(jobs) - len(todo)} already trained, {len(todo)} to train")
+    print(f"{len(jobs)} runs: {found['exported']} already exported here, {found['published']} copied from the "
+          f"published results, {found['cache']} from the run cache, {len(todo)} to train"
+          + (": " + ", ".join(f"{a.name} s{s}" for a, s in todo[:12]) + (" ..." if len(todo) > 12 else "")
+             if todo else ""))
     if todo:
         # Ctrl-C / SIGTERM (RunGuard): queued runs never start, running ones are terminated;
         # finished runs and checkpoints stay in the cache, so running the grid again resumes it.
@@ -66,7 +84,7 @@ def run_grid(
         pool, guard = cf.ThreadPoolExecutor(max_workers=workers), RunGuard()
         try:
             with guard, tqdm(total=len(todo), desc="runs") as bar:
-                futures = {pool.submit(ensure_run, profile, a.overrides, s, steps, cache, a.name, guard): (a, s)
+                futures = {pool.submit(ensure_run, profile, a.overrides, s, steps, cache, a.name, guard, digests): (a, s)
                            for a, s in todo}
                 for fut in cf.as_completed(futures):
                     arm, seed = futures[fut]
@@ -113,7 +131,7 @@ def run_paper(section: str, params_file: str | Path = "params.yaml", out_root: s
     results/ is refused for a trial. The paper folder's writer lock is held for this process's life
     (a second writer on the same folder gets one line naming the holder), unless a DVC stage holds
     it for us (orchestration.stage), which also sends the products to its temporary folder."""
-    from replication.orchestration.workspace import claim_output, paper_place
+    from replication.orchestration.workspace import RESULTS, claim_output, paper_place
     from replication.stage_params import load_params, notebook_value
 
     sec = load_section(section, params_file)
@@ -127,7 +145,8 @@ def run_paper(section: str, params_file: str | Path = "params.yaml", out_root: s
     arm_list, seed_list = select_arms(sec, overrides, seeds, arms)
     out, products = claim_output(section, place, out_root)
     n_steps = steps if steps is not None else sec.get("steps")
+    published = [] if place.published else [Path(RESULTS) / section / "runs"]  # a trial reuses them
     runs = run_grid(sec["profile"], arm_list, seed_list, out / "runs", steps=n_steps,
-                    workers=workers or sec["workers"])
+                    workers=workers or sec["workers"], published=published)
     return load_paper_run(section, sec["profile"], seed_list, [a.name for a in arm_list],
                           sec.get("baseline") or {}, products, runs)

@@ -1,25 +1,26 @@
 """One training run, content-addressed: key, train (or reuse), export.
 
 Each run is the real CLI (``python -m replication train ...``) in a subprocess, so a notebook, a
-DVC stage and a user at a shell all run exactly the same thing. The key hashes the resolved
-configuration, the seed, the step count, the base model's weights AND the code that produces a
-run (``code_digest``), so a run that several papers share (the same uniform GRPO baseline) is
-trained once and reused, a killed sweep resumes (finished runs are skipped, a half-finished one
-continues with --resume), and after a change to training code ``dvc repro`` retrains instead of
-silently reusing runs of the old code.
+DVC stage and a user at a shell all run exactly the same thing. Its key (``store.run_key``) is
+a digest of every input that changes its numbers: the resolved configuration, the steps, the
+training command as built here (``train_command``), the run's shape, the normalised training
+code and the content of every file it names by path (base model, encoder, data). A comment or a
+docstring never retrains; a changed command, file or line of code always does.
+
+The key record travels with the run: ``ensure_run`` writes it into the cache entry before the
+trainer starts, the trainer's manifest seals it, and every reuse checks it against the entry's
+own config, metrics and code digest (``store.run_evidence.check_key``). A folder filed under a
+key it does not hold is retrained with a warning naming both keys, never loaded as that run.
 
 Which code: every ``*.py`` of the ``replication`` package except ``report/``, ``orchestration/``
 and ``analysis/``. Those three only read finished runs, schedule them, or measure gradients
 outside training (the ``grad-variance`` command); nothing a ``train`` run computes depends on
-them, so editing a table or a plot does not invalidate hours of training. Everything else (the
-loop, allocators, RL maths, rollout engines, tasks, verifiers, models, config and profiles'
-loader, CLI) is hashed — conservative: a comment edit there retrains too.
+them. Their one output that does, the training command, enters the key as the command itself.
 """
 
 from __future__ import annotations
 
 import gzip
-import hashlib
 import json
 import os
 import shutil
@@ -28,57 +29,46 @@ import sys
 import warnings
 from pathlib import Path
 
-from replication.code_digest import NOT_TRAINING, training_code_digest
+from replication.code_digest import NOT_TRAINING, training_code_digest  # noqa: F401 (tests read NOT_TRAINING here)
 from replication.config import load_profile, to_dict
 from replication.interrupts import GridInterrupted, RunGuard
-from replication.report.run_evidence import EXPORT_KIND, read_json, verify_run
-from replication.store import MANIFEST, DamagedArtifact, staged_dir, writer_lock
+from replication.store import MANIFEST, DamagedArtifact, staged_dir, write_atomic, writer_lock
+from replication.store.run_evidence import EXPORT_KIND, check_key, claimed_key, read_json, verify_run
+from replication.store.run_key import DIGESTS, KEY_FILE, FileDigests, hub_revisions, input_digests, key_record, normalized_command
 from replication.train.checkpoint import CheckpointError, checkpoint_path, load_checkpoint
 from replication.train.run_folder import LOCK_ENV, RUN_KIND
 from replication.train.run_log import logs_problem
 
 DEFAULT_CACHE = Path(os.environ.get("REPLICATION_RUN_CACHE", ".cache/runs"))
 
-# What defines a model: weights, architecture and tokenizer — not reports written beside them
-# (sft_report.json carries wall times and would make every rebuild look like a new model).
-MODEL_FILES = ("config.json", "generation_config.json", "tokenizer.json", "tokenizer_config.json",
-               "special_tokens_map.json")
-
-RUN_FILE = "run.json"
-"""Written beside an exported run: its cache key, so a later grid reuses the export as is."""
-
-
-def _model_digest(path: Path) -> str:
-    h = hashlib.sha256()
-    files = sorted(Path(path).glob("*.safetensors")) + [Path(path) / n for n in MODEL_FILES]
-    for f in files:
-        if f.exists():
-            h.update(f.name.encode())
-            h.update(f.read_bytes())
-    return h.hexdigest()[:16]
-
-
 PACKAGE = Path(__file__).resolve().parents[1]
 """The ``replication`` package folder whose sources ``code_digest`` hashes (``NOT_TRAINING`` left out)."""
 
 
 def code_digest(root: str | Path | None = None) -> str:
-    """Digest (16 hex) of every ``*.py`` under ``root`` (the package by default), sub-packages in
-    ``NOT_TRAINING`` excluded, in sorted path order (``replication.code_digest``)."""
+    """Normalised digest (16 hex) of every ``*.py`` under ``root`` (the package by default),
+    sub-packages in ``NOT_TRAINING`` excluded (``replication.code_digest``)."""
     return training_code_digest(root if root is not None else PACKAGE)
 
 
-def run_key(profile: str, overrides: dict, seed: int, steps: int | None) -> tuple[str, dict]:
-    """(key, resolved config) of one run; validates the configuration (ConfigError names the key).
-    The key covers config, seed, steps, base model and training code (``code_digest``)."""
+def run_shape(cfg) -> dict:
+    """What a run computes on: nodes, processes and GPUs per process. The grid starts one
+    process per run; where it is placed (which GPUs, which host) is not part of its shape."""
+    return {"nodes": 1, "processes": 1, "gpus_per_process": 1 if cfg.model.device == "cuda" else 0}
+
+
+def run_key(profile: str, overrides: dict, seed: int, steps: int | None,
+            digests: FileDigests = DIGESTS) -> tuple[str, dict]:
+    """(key, key record) of one run; validates the configuration first (ConfigError names the
+    key). ``digests``: the memo of file contents shared by a grid's keys."""
     cfg = load_profile(profile, {**overrides, "seed": seed})
     resolved = to_dict(cfg)
     resolved["profile"] = None  # the same settings under another profile name are the same run
-    model = Path(cfg.model.path)
-    digest = _model_digest(model) if model.exists() else "missing"
-    blob = json.dumps({"cfg": resolved, "steps": steps or cfg.steps, "model": digest, "code": code_digest()},
-                      sort_keys=True)
-    return hashlib.sha256(blob.encode()).hexdigest()[:20], resolved
+    command = normalized_command(train_command(profile, overrides, seed, steps, Path("OUT"), resume=False))
+    record = key_record(config=resolved, steps=steps or cfg.steps, command=command, shape=run_shape(cfg),
+                        code=code_digest(), inputs=input_digests(resolved, digests),
+                        revisions=hub_revisions(resolved))
+    return record["key"], record
 
 
 def train_command(profile: str, overrides: dict, seed: int, steps: int | None, out: Path,
@@ -97,26 +87,30 @@ def train_command(profile: str, overrides: dict, seed: int, steps: int | None, o
     return cmd
 
 
-def _entry_state(run_dir: Path) -> tuple[str, str]:
-    """("done", "") for a verified run, ("damaged", why) for one that looks finished (manifest
-    or metrics.json) but does not verify, ("unfinished", "") otherwise."""
+def _entry_state(run_dir: Path, key: str | None = None) -> tuple[str, str]:
+    """("done", "") for a verified run that holds key ``key``, ("damaged", why) for one that
+    looks finished (manifest or metrics.json) but does not verify or holds another run,
+    ("unfinished", "") otherwise."""
     looks_done = (run_dir / MANIFEST).exists() or (run_dir / "metrics.json").exists()
     if not looks_done:
         return "unfinished", ""
     try:
         verify_run(run_dir, kind=RUN_KIND)
+        if key is not None:
+            check_key(run_dir, key)
     except DamagedArtifact as e:
         return "damaged", str(e)
     return "done", ""
 
 
 def cached_run(key: str, cache: Path = DEFAULT_CACHE, *, warn: bool = True) -> Path | None:
-    """The finished run with this key in the cache (its manifest verifies), or None; a damaged
-    one is None with a warning naming it (it will be retrained)."""
+    """The finished run with this key in the cache (its manifest verifies and its key record is
+    this key and its own), or None; a damaged or foreign one is None with a warning naming it
+    (it will be retrained)."""
     run_dir = Path(cache) / key
-    state, why = _entry_state(run_dir)
+    state, why = _entry_state(run_dir, key)
     if state == "damaged" and warn:
-        warnings.warn(f"run cache entry {run_dir} is damaged ({why}); it will be retrained", stacklevel=2)
+        warnings.warn(f"run cache entry {run_dir} is not usable ({why}); it will be retrained", stacklevel=2)
     return run_dir if state == "done" else None
 
 
@@ -138,11 +132,21 @@ def _resumable(run_dir: Path) -> bool:
     return True
 
 
+def _same_record(run_dir: Path, record: dict) -> bool:
+    try:
+        return read_json(run_dir / KEY_FILE) == record
+    except DamagedArtifact:
+        return False
+
+
 def ensure_run(profile: str, overrides: dict, seed: int, steps: int | None,
-               cache: Path = DEFAULT_CACHE, name: str = "", guard: RunGuard | None = None) -> Path:
+               cache: Path = DEFAULT_CACHE, name: str = "", guard: RunGuard | None = None,
+               digests: FileDigests = DIGESTS) -> Path:
     """The run's folder in the cache, training it first (or resuming it) when it is not finished.
-    Holds the entry's writer lock meanwhile (a second writer: ``LockHeld`` naming the holder)."""
-    key, _ = run_key(profile, overrides, seed, steps)
+    Holds the entry's writer lock meanwhile (a second writer: ``LockHeld`` naming the holder).
+    The key record is written into the entry before the trainer starts; a checkpoint resumes only
+    under the same record."""
+    key, record = run_key(profile, overrides, seed, steps, digests)
     done = cached_run(key, cache)
     if done is not None:
         return done
@@ -151,13 +155,15 @@ def ensure_run(profile: str, overrides: dict, seed: int, steps: int | None,
     run_dir = Path(cache) / key
     Path(cache).mkdir(parents=True, exist_ok=True)
     with writer_lock(run_dir, "run cache entry"):
-        state, _ = _entry_state(run_dir)  # finished by another writer since our first look?
+        state, _ = _entry_state(run_dir, key)  # finished by another writer since our first look?
         if state == "done":
             return run_dir
-        # a killed run continues from its checkpoint (if its logs reach it); a damaged or
-        # checkpoint-less one starts again
-        resume = state == "unfinished" and _resumable(run_dir)
+        # a killed run continues from its checkpoint (if its logs reach it and it was started for
+        # this very key); a damaged, foreign or checkpoint-less one starts again
+        resume = state == "unfinished" and _same_record(run_dir, record) and _resumable(run_dir)
         run_dir.mkdir(parents=True, exist_ok=True)
+        if not resume:
+            write_atomic(run_dir / KEY_FILE, json.dumps(record, indent=1, sort_keys=True) + "\n")
         log = Path(cache) / f"{key}.log"
         cmd = train_command(profile, overrides, seed, steps, run_dir, resume, overwrite=not resume)
         env = {**os.environ, "REPLICATION_PARENT_PID": str(os.getpid()),  # the run dies with us
@@ -173,35 +179,53 @@ def ensure_run(profile: str, overrides: dict, seed: int, steps: int | None,
             tail = log.read_text()[-3000:]
             raise RuntimeError(f"run {name or key} seed {seed} failed (exit {returncode}):\n{tail}")
         verify_run(run_dir, kind=RUN_KIND)  # exit 0 without a verifying run is not a run
+        check_key(run_dir, key)
     return run_dir
 
 
 def export_run(run_dir: Path, dest: Path, key: str | None = None) -> None:
-    """Copy what readers compare (metrics, per-step log, gzipped per-prompt records) and, with
-    ``key``, the run's cache key (``run.json``: a later grid reuses this export without training),
-    into a staged folder swapped in with its manifest, under ``dest``'s writer lock. The run is
-    verified first: a damaged run is never exported."""
+    """Copy what readers compare (metrics, per-step log, gzipped per-prompt records, config) and
+    the run's key record into a staged folder swapped in with its manifest, under ``dest``'s
+    writer lock. The run is verified first, and with ``key`` it must hold that key (its key
+    record, checked against its own files): a damaged or foreign run is never exported."""
     run_dir, dest = Path(run_dir), Path(dest)
     verify_run(run_dir)
+    if key is not None:
+        check_key(run_dir, key)
     steps = read_json(run_dir / "metrics.json")["steps"]
     dest.parent.mkdir(parents=True, exist_ok=True)
     extra = {"steps": steps} if key is None else {"steps": steps, "key": key}
     with writer_lock(dest, "export"), staged_dir(dest, kind=EXPORT_KIND, extra=extra) as tmp:
-        for name in ("metrics.json", "steps.jsonl", "config.json"):
-            shutil.copyfile(run_dir / name, tmp / name)
+        for name in ("metrics.json", "steps.jsonl", "config.json", KEY_FILE):
+            if name != KEY_FILE or (run_dir / name).exists():
+                shutil.copyfile(run_dir / name, tmp / name)
         # mtime=0 keeps the gzip bytes identical for identical records (stable in git and DVC).
         with open(run_dir / "prompts.jsonl", "rb") as src, open(tmp / "prompts.jsonl.gz", "wb") as raw, \
                 gzip.GzipFile(fileobj=raw, mode="wb", mtime=0, filename="") as dst:
             shutil.copyfileobj(src, dst)
-        if key is not None:
-            (tmp / RUN_FILE).write_text(json.dumps({"key": key}) + "\n")
+    verify_run(dest, kind=EXPORT_KIND)
+
+
+def copy_export(src: Path, dest: Path, key: str) -> None:
+    """Copy a verified export that holds ``key`` (a published run a trial reuses) to ``dest``,
+    staged and sealed like any export."""
+    src, dest = Path(src), Path(dest)
+    verify_run(src, kind=EXPORT_KIND)
+    check_key(src, key)
+    steps = read_json(src / "metrics.json")["steps"]
+    dest.parent.mkdir(parents=True, exist_ok=True)
+    with writer_lock(dest, "export"), staged_dir(dest, kind=EXPORT_KIND, extra={"steps": steps, "key": key}) as tmp:
+        for f in sorted(src.iterdir()):
+            if f.is_file() and f.name != MANIFEST and not f.name.startswith("."):
+                shutil.copyfile(f, tmp / f.name)
     verify_run(dest, kind=EXPORT_KIND)
 
 
 def exported_key(dest: Path) -> str | None:
-    """The cache key recorded in a verified export; None when there is no export (or it has no
-    key). An export that is there but does not verify is an error naming it: committed results
-    are restored, not silently retrained over."""
+    """The key a verified export holds (its key record, checked against its own files; an export
+    from before key records gives its legacy cache key, which no run has today); None when there
+    is no export. An export that is there but does not verify is an error naming it: committed
+    results are restored, not silently retrained over."""
     dest = Path(dest)
     if not dest.is_dir() or not any(dest.iterdir()):
         return None
@@ -210,5 +234,23 @@ def exported_key(dest: Path) -> str | None:
     except DamagedArtifact as e:
         raise DamagedArtifact(f"damaged export, not used: {e} (restore it, e.g. `git checkout -- "
                               f"{dest}`, or remove the folder to train that run again)") from None
-    f = dest / RUN_FILE
-    return read_json(f).get("key") if f.exists() else None
+    return claimed_key(dest)
+
+
+def published_exports(roots: list[Path]) -> dict[str, Path]:
+    """{key: export folder} of the verified exports with a key record under each ``<root>/<arm>/s<seed>``
+    (the published results a trial may reuse instead of training). Damaged ones are skipped
+    with a warning: a trial never reads them."""
+    found: dict[str, Path] = {}
+    for root in roots:
+        root = Path(root)
+        if not root.is_dir():
+            continue
+        for export in sorted(root.glob(f"*/s*/{KEY_FILE}")):
+            folder = export.parent
+            try:
+                verify_run(folder, kind=EXPORT_KIND)
+                found.setdefault(claimed_key(folder), folder)
+            except DamagedArtifact as e:
+                warnings.warn(f"published export {folder} not reused: {e}", stacklevel=2)
+    return found

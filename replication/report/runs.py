@@ -24,7 +24,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from replication.report.run_evidence import prompts_file, read_json, read_jsonl, verify_run
+from replication.store.run_evidence import prompts_file, read_json, read_jsonl, verify_run
 from replication.store import DamagedArtifact
 
 SEED_DIR = re.compile(r"^s(\d+)$")

@@ -6,6 +6,12 @@ takes it *before* it creates its run folder, and a second trainer started a mome
 its process dies, however it dies, so a crash never leaves a stale lock; the file stays (removing
 it would race with a process that has just opened it) and carries the last holder's pid, command
 line and start time, which the refusal names. Within one process the lock is re-entrant.
+
+The lock belongs to the artifact, not to the spelling of its path: the target is resolved
+(symlinks followed, ``..`` removed) before the lock file is named, so two writers that reach one
+folder through a symlink and its real path meet at the same lock. The holder's record names its
+host as well as its pid: a lock file on a shared file system may be held from another machine,
+where the pid means nothing here.
 """
 
 from __future__ import annotations
@@ -13,6 +19,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import socket
 import sys
 import time
 from pathlib import Path
@@ -29,7 +36,8 @@ _HELD: dict[str, list] = {}  # lock path -> [fd, depth]
 
 
 def lock_path(target: str | Path) -> Path:
-    target = Path(target).absolute()
+    """``.<name>.lock`` beside the resolved target (the same file whichever path reaches it)."""
+    target = Path(target).expanduser().resolve()
     return target.parent / f".{target.name}.lock"
 
 
@@ -45,7 +53,9 @@ def _holder(path: Path) -> str:
         return "another process"
     cmd = info.get("cmd", "")
     cmd = cmd if len(cmd) <= 80 else cmd[:77] + "..."
-    return f"pid {info.get('pid', '?')} ({cmd}) since {info.get('started', '?')}"
+    host = info.get("host")
+    where = f" on {host}" if host and host != socket.gethostname() else ""
+    return f"pid {info.get('pid', '?')}{where} ({cmd}) since {info.get('started', '?')}"
 
 
 def _acquire(target: Path, what: str) -> str:
@@ -67,7 +77,7 @@ def _acquire(target: Path, what: str) -> str:
         os.close(fd)
         raise LockHeld(f"{target} is being written by {_holder(path)}"
                        + (f"; {what}" if what else "")) from None
-    info = {"pid": os.getpid(), "cmd": " ".join(sys.argv) or sys.executable,
+    info = {"pid": os.getpid(), "host": socket.gethostname(), "cmd": " ".join(sys.argv) or sys.executable,
             "started": time.strftime("%Y-%m-%d %H:%M:%S")}
     os.ftruncate(fd, 0)
     os.pwrite(fd, json.dumps(info).encode(), 0)

@@ -1,4 +1,7 @@
-"""Is this run folder evidence we may use? Verified on every read (issue 18.2).
+"""The run folder's schema, and whether a folder is evidence we may use. Verified on every read.
+
+This module sits in the store, below both the orchestration that writes run folders and the
+report that reads them: one definition of what a whole run is, for every writer and reader.
 
 A training run folder (kind ``run``, written by train/run_folder.finish_run) and an export
 (kind ``export``, ``results/<paper>/runs/<arm>/s<seed>/``, written by run_cache.export_run or
@@ -10,7 +13,12 @@ agree with each other:
   of finite numbers (a seed without them would silently drop out of a paired test);
 - steps.jsonl has one row per step (= metrics ``steps`` = the manifest's ``steps``);
 - the per-prompt records have ``prompts_per_step`` rows per step (config.json's);
-- config.json parses and names the same seed; an export's run.json holds its cache key.
+- config.json parses and names the same seed, and a folder named ``s<seed>`` holds that seed
+  (a seed folder copied over another's is damage, not a second seed);
+- the key record (``key.json``, ``store.run_key``) hashes to the key it names, and that record's
+  config, seed, steps and code digest are the folder's own (``check_key``): a run is trusted by
+  what it holds, not by the name it sits under. Exports written before key records carry a
+  ``run.json`` with their old cache key, which is read but matches no key today.
 
 ``verify_run`` checks this from the manifest's row counts (cheap: no row is parsed twice);
 ``check_rows`` (used when sealing, where no manifest vouches for the bytes yet) parses every row
@@ -26,11 +34,14 @@ import math
 import zlib
 from pathlib import Path
 
-from replication.store import MANIFEST, DamagedArtifact, verify_manifest, write_manifest, writer_lock
+from replication.store.lock import writer_lock
+from replication.store.manifest import MANIFEST, DamagedArtifact, verify_manifest, write_manifest
+from replication.store.run_key import KEY_FILE, changed_fields, key_of
 
 RUN_KINDS = ("run", "export")
 EXPORT_KIND = "export"
 RUN_FILE = "run.json"
+"""Legacy: an export's cache key before key records (``KEY_FILE``) carried its inputs."""
 
 
 # ----------------------------------------------------------------------------- reading files
@@ -130,14 +141,92 @@ def _check_counts(folder: Path, steps: int, step_rows: int, prompt_rows: int, q:
         raise DamagedArtifact(f"{prompts_file(folder)} has {prompt_rows} rows, expected {want}")
 
 
-def _run_key(folder: Path) -> str | None:
-    path = Path(folder) / RUN_FILE
+def claimed_key(folder: Path) -> str | None:
+    """The key the folder claims: its key record's (checked by ``check_key``) or a legacy
+    run.json's; None when it has neither."""
+    folder = Path(folder)
+    if (folder / KEY_FILE).exists():
+        return read_key_record(folder)["key"]
+    path = folder / RUN_FILE
     if not path.exists():
         return None
     key = read_json(path).get("key")
     if not isinstance(key, str) or not key:
         raise DamagedArtifact(f"{path}: no cache key")
     return key
+
+
+class KeyMismatch(DamagedArtifact):
+    """A run folder whose key record is not the key it is filed under, or not its own."""
+
+
+def read_key_record(folder: Path) -> dict:
+    """The folder's key record, whose key is the digest of its own inputs; DamagedArtifact if
+    the file is cut, or its key is not the digest of its inputs (edited by hand)."""
+    path = Path(folder) / KEY_FILE
+    record = read_json(path)
+    inputs = record.get("inputs")
+    if not isinstance(inputs, dict) or not isinstance(record.get("key"), str):
+        raise DamagedArtifact(f"{path}: no key and inputs")
+    try:
+        recomputed = key_of(inputs)
+    except ValueError as e:
+        raise DamagedArtifact(f"{path}: {e}") from None
+    if recomputed != record["key"]:
+        raise DamagedArtifact(f"{path}: names key {record['key']} but its inputs hash to {recomputed}")
+    return record
+
+
+def _without_profile(config: dict) -> dict:
+    return {**config, "profile": None}
+
+
+def check_key(folder: Path, expected: str | None = None) -> dict:
+    """The folder's key record once its inputs are the folder's own: the config is config.json's
+    (profile name aside), the seed and steps are metrics.json's and the code digest is the one the
+    trainer recorded in its provenance. With ``expected``, the record's key must also be it (the
+    key a cache entry is filed under, or the one a grid looks for). ``KeyMismatch`` (a
+    DamagedArtifact) names the folder, the key it holds and the one expected."""
+    folder = Path(folder)
+    if not (folder / KEY_FILE).exists():
+        raise KeyMismatch(f"{folder} has no key record ({KEY_FILE}); it holds a run of unknown inputs"
+                          + (f", not key {expected}" if expected else ""))
+    record = read_key_record(folder)
+    inputs = record["inputs"]
+    config = read_json(folder / "config.json")
+    metrics = read_json(folder / "metrics.json")
+    problems = []
+    if _without_profile(config) != _without_profile(inputs["config"]):
+        problems.append("config.json is not the config its key record names")
+    if metrics.get("seed") != inputs["config"].get("seed"):
+        problems.append(f"metrics.json seed {metrics.get('seed')}, key record seed {inputs['config'].get('seed')}")
+    if metrics.get("steps") != inputs["steps"]:
+        problems.append(f"metrics.json {metrics.get('steps')} steps, key record {inputs['steps']}")
+    code = (metrics.get("provenance") or {}).get("code_digest")
+    if code is not None and code != inputs["code"]:
+        problems.append(f"trained by code {code}, key record names code {inputs['code']}")
+    if problems:
+        raise KeyMismatch(f"{folder}: key record {record['key']} does not describe the run it sits beside "
+                          f"({'; '.join(problems)})")
+    if expected is not None and record["key"] != expected:
+        raise KeyMismatch(f"{folder} holds run {record['key']} (seed {inputs['config'].get('seed')}), not "
+                          f"{expected}")
+    return record
+
+
+def key_difference(folder: Path, record: dict) -> str:
+    """Which key fields of the folder's record differ from ``record`` (for a one-line message)."""
+    try:
+        return ", ".join(changed_fields(read_key_record(folder), record)) or "none"
+    except DamagedArtifact as e:
+        return str(e)
+
+
+def _seed_folder(folder: Path, metrics: dict) -> None:
+    name = Path(folder).name
+    if name[:1] == "s" and name[1:].isdigit() and int(name[1:]) != metrics.get("seed"):
+        raise DamagedArtifact(f"{folder}: holds seed {metrics.get('seed')}, but its folder names seed "
+                              f"{name[1:]} (a copy of another seed's run?)")
 
 
 def verify_run(folder: Path, kind: str | None = None) -> dict:
@@ -154,6 +243,7 @@ def verify_run(folder: Path, kind: str | None = None) -> dict:
     declared = _manifest_extra(manifest).get("steps")
     if declared is not None and declared != steps:
         raise DamagedArtifact(f"{folder}: manifest says {declared} steps, metrics.json {steps}")
+    _seed_folder(folder, metrics)
     q = _prompts_per_step(folder, metrics)
     prompts = prompts_file(folder)
     step_rows = _manifest_rows(manifest, "steps.jsonl")
@@ -161,9 +251,11 @@ def verify_run(folder: Path, kind: str | None = None) -> dict:
     if step_rows is None or prompt_rows is None:
         raise DamagedArtifact(f"{folder}: its manifest lists no steps.jsonl or {prompts.name}")
     _check_counts(folder, steps, step_rows, prompt_rows, q)
-    key = _run_key(folder)
+    key = claimed_key(folder)
     if manifest.get("kind") == EXPORT_KIND and _manifest_extra(manifest).get("key") not in (None, key):
-        raise DamagedArtifact(f"{folder}: run.json key {key!r} differs from its manifest's")
+        raise DamagedArtifact(f"{folder}: its key {key!r} differs from its manifest's")
+    if (folder / KEY_FILE).exists():
+        check_key(folder)
     return manifest
 
 
@@ -173,6 +265,7 @@ def check_rows(folder: Path) -> dict:
     folder = Path(folder)
     metrics = _metrics(folder)
     steps = metrics["steps"]
+    _seed_folder(folder, metrics)
     q = _prompts_per_step(folder, metrics)
     step_rows = read_jsonl(folder / "steps.jsonl")
     numbers = [r.get("step") for r in step_rows]
@@ -185,7 +278,7 @@ def check_rows(folder: Path) -> dict:
     if seen != set(range(steps)):
         raise DamagedArtifact(f"{prompts}: rows do not cover steps 0..{steps - 1} exactly")
     extra = {"steps": steps}
-    key = _run_key(folder)
+    key = claimed_key(folder)
     if key is not None:
         extra["key"] = key
     return extra

@@ -15,7 +15,7 @@
   grid that holds the lock of a cache entry for its own trainer says so in ``LOCK_ENV``.
 - Complete or absent: ``finish_run`` writes metrics.json atomically and then the run's
   manifest (``MANIFEST.json``: files, sizes, sha256, row counts, steps), the last file written.
-  A run is finished only if its manifest verifies (``report.run_evidence.verify_run``); a
+  A run is finished only if its manifest verifies (``store.run_evidence.verify_run``); a
   0-byte metrics.json from a full disk no longer marks a run finished.
 - Training stops with ``NonFiniteError`` when a loss, gradient norm or weight turns NaN/inf;
   the last checkpoint (written before the bad step) is left as it is.

@@ -17,25 +17,39 @@ Q = 4
 """Prompts per step of the synthetic runs."""
 
 
+def synthetic_record(*, seed: int = 0, steps: int = 3) -> dict:
+    """A key record (store.run_key) whose config is the synthetic runs' config.json."""
+    from replication.store.run_key import key_record
+
+    return key_record(config={"seed": seed, "rollout": {"prompts_per_step": Q}}, steps=steps, command=["train"],
+                      shape={"nodes": 1, "processes": 1}, code="synthetic", inputs={}, revisions={})
+
+
 def synthetic_run(dest: Path, *, seed: int = 0, steps: int = 3, kind: str = "run", key: str | None = None,
-                  shift: float = 0.0, seal: bool = True) -> Path:
+                  shift: float = 0.0, seal: bool = True, record: dict | None = None) -> Path:
     """A finished run folder (kind "run": prompts.jsonl) or export (kind "export":
-    prompts.jsonl.gz, run.json) with ``steps`` steps of ``Q`` prompts, sealed by its manifest."""
+    prompts.jsonl.gz) with ``steps`` steps of ``Q`` prompts, sealed by its manifest. ``record``:
+    a key record written as key.json, its config as config.json (what ``ensure_run`` and the
+    trainer write); ``key``: a legacy export's run.json instead."""
     dest.mkdir(parents=True, exist_ok=True)
+    if record is not None:
+        key = record["key"]
+        (dest / "key.json").write_text(json.dumps(record))
     ev = {"average": {"mean@2": 0.4 + shift + 0.01 * seed, "pass@2": 0.6 + shift + 0.01 * seed},
           "pooled": {"mean@2": 0.4 + shift + 0.01 * seed, "pass@2": 0.6 + shift}}
     (dest / "metrics.json").write_text(json.dumps({"seed": seed, "steps": steps, "allocator": "uniform",
                                                    "eval_before": ev, "eval_after": ev,
                                                    "wall_seconds": 1.0}, indent=1))
-    (dest / "config.json").write_text(json.dumps({"seed": seed, "rollout": {"prompts_per_step": Q}}))
+    config = record["inputs"]["config"] if record is not None else {"seed": seed, "rollout": {"prompts_per_step": Q}}
+    (dest / "config.json").write_text(json.dumps(config))
     (dest / "steps.jsonl").write_text("".join(json.dumps({"step": t, "reward": 0.5}) + "\n"
                                               for t in range(steps)))
     rows = "".join(json.dumps({"step": t, "prompt_id": f"p{i}", "n": 2, "successes": 1}) + "\n"
-                   for t in range(steps) for i in range(Q))
+                   for t in range(steps) for i in range(config["rollout"]["prompts_per_step"]))
     if kind == "export":
         with gzip.open(dest / "prompts.jsonl.gz", "wt") as f:
             f.write(rows)
-        if key is not None:
+        if key is not None and record is None:
             (dest / "run.json").write_text(json.dumps({"key": key}) + "\n")
     else:
         (dest / "prompts.jsonl").write_text(rows)

@@ -21,7 +21,7 @@ import pytest
 
 from evidence.evidence_helpers import ROOT, cli, one_line_error, synthetic_run
 from replication.report import pipeline, runs, tables
-from replication.report.run_evidence import read_json, read_jsonl, run_folders, seal, verify_run
+from replication.store.run_evidence import read_json, read_jsonl, run_folders, seal, verify_run
 from replication.store import MANIFEST, DamagedArtifact, write_manifest
 
 SEEDS = (0, 1, 2)

@@ -24,7 +24,7 @@ import pytest
 from evidence.evidence_helpers import ROOT, one_line_error, train_args
 from proc_helpers import run_metrics, wait_until
 from replication.__main__ import main
-from replication.report.run_evidence import verify_run
+from replication.store.run_evidence import verify_run
 from replication.store import MANIFEST, DamagedArtifact
 from replication.train import checkpoint as ck
 from replication.train import run_folder, run_log

@@ -18,13 +18,15 @@ def _fake_training(calls: list):
     """Stands in for the CLI subprocess: writes a finished run folder (with its manifest, as
     train/run_folder.finish_run does), records the call."""
 
-    def ensure_run(profile, overrides, seed, steps, cache, name="", guard=None):
-        key, resolved = run_cache.run_key(profile, overrides, seed, steps)
+    def ensure_run(profile, overrides, seed, steps, cache, name="", guard=None, digests=None):
+        key, record = run_cache.run_key(profile, overrides, seed, steps)
+        resolved = record["inputs"]["config"]
         calls.append((name, seed))
         d = Path(cache) / key
         d.mkdir(parents=True, exist_ok=True)
         q = resolved["rollout"]["prompts_per_step"]
         (d / "config.json").write_text(json.dumps(resolved))
+        (d / "key.json").write_text(json.dumps(record))
         ev = {"average": {"mean@2": 0.5}}
         (d / "metrics.json").write_text(json.dumps({"seed": seed, "steps": steps, "eval_before": ev,
                                                     "eval_after": ev}))

@@ -67,6 +67,30 @@ def test_second_writer_is_refused_naming_folder_and_holder_then_lock_dies_with_h
         pass
 
 
+def test_the_lock_is_the_folders_whatever_path_reaches_it(tmp_path):
+    """Two writers on one folder through a symlink meet at one lock; the record names the host."""
+    import socket
+
+    real = tmp_path / "real" / "run"
+    real.mkdir(parents=True)
+    (tmp_path / "link").symlink_to(tmp_path / "real")
+    ready = tmp_path / "ready"
+    proc = _holder_process(real, ready)
+    try:
+        _wait_for(ready, proc)
+        with pytest.raises(LockHeld, match=f"pid {proc.pid}"):
+            with writer_lock(tmp_path / "link" / "run"):
+                pass
+        with pytest.raises(LockHeld):
+            with writer_lock(tmp_path / "link" / ".." / "real" / "run"):
+                pass
+        info = json.loads((tmp_path / "real" / ".run.lock").read_text())
+        assert info["host"] == socket.gethostname() and info["pid"] == proc.pid
+    finally:
+        proc.kill()
+        proc.wait()
+
+
 def test_lock_is_reentrant_within_a_process(tmp_path):
     with writer_lock(tmp_path / "a"):
         with writer_lock(tmp_path / "a"):
