@@ -204,7 +204,7 @@ def run_sft(cfg: SFTConfig, out_dir: str | Path, tasks: TaskMixSpec | None = Non
     train_seconds = time.perf_counter() - t_train
     model.eval()
     with staged_files(out_dir) as tmp:  # each file renamed in whole: no half-written weights
-        save_policy(model, tokenizer, tmp)
+        save_policy(model, tokenizer, tmp, out_dir)
     t_probe = time.perf_counter()
     final = probe(engine, suite, cfg, cfg.seed + 1)
     report = {

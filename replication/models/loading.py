@@ -28,18 +28,38 @@ def resolve_dtype(dtype: str | torch.dtype | None) -> torch.dtype | str | None:
     return _DTYPES[dtype]
 
 
-def save_policy(model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase, folder: str | Path) -> Path:
-    """Write model + tokenizer to ``folder`` (created) as a standard HF folder."""
+def save_pretrained_named(model: Any, tokenizer: Any, folder: str | Path, dest: str | Path | None = None,
+                          **model_kw: Any) -> None:
+    """``model.save_pretrained`` then ``tokenizer.save_pretrained`` into ``folder`` (a staging
+    folder of ``dest``); a failed write is ``store.DiskFull`` naming ``dest``'s file. safetensors
+    and tokenizers write from Rust and name no file (safetensors deletes its partial one), so
+    each call names its own: the weights, the tokenizer."""
+    from replication.store import io_errors
+
+    folder = Path(folder)
+    staging = () if dest is None else (folder,)  # removed on failure: only a staging folder
+    dest = folder if dest is None else Path(dest)
+    with io_errors(dest, *staging, unnamed="model.safetensors"):
+        model.save_pretrained(folder, **model_kw)
+    with io_errors(dest, *staging, unnamed="tokenizer.json"):
+        tokenizer.save_pretrained(folder)
+
+
+def save_policy(model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase, folder: str | Path,
+                dest: str | Path | None = None) -> Path:
+    """Write model + tokenizer to ``folder`` (created) as a standard HF folder (``dest``: where
+    a staging ``folder`` goes, for the name in a failed write's message)."""
     folder = Path(folder)
     folder.mkdir(parents=True, exist_ok=True)
-    model.save_pretrained(folder)
-    tokenizer.save_pretrained(folder)
+    save_pretrained_named(model, tokenizer, folder, dest)
     cfg_path = folder / "tokenizer_config.json"
     if cfg_path.exists():
         cfg = json.loads(cfg_path.read_text())
         if cfg.get("tokenizer_class") == "TokenizersBackend":
             cfg["tokenizer_class"] = "PreTrainedTokenizerFast"
-            cfg_path.write_text(json.dumps(cfg, indent=2))
+            from replication.store import write_atomic
+
+            write_atomic(cfg_path, json.dumps(cfg, indent=2))
     return folder
 
 

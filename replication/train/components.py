@@ -17,6 +17,7 @@ from replication.config import ConfigError, TrainConfig, from_dict
 from replication.evaluate.runner import Evaluator
 from replication.rl import DynaMOConfig, PPOConfig
 from replication.rl.modulation import MODULATIONS
+from replication.models.loading import save_pretrained_named
 from replication.store import staged_dir
 from replication.train.distributed import World, engine_group_size
 from replication.train.sampler import EpochSampler
@@ -152,8 +153,7 @@ class Components:
             save_pretrained(self.model, self.tokenizer, path, self.world, state=self.full_model_state())
         elif self.world.is_main:
             with staged_dir(path, kind=None) as tmp:
-                self.model.save_pretrained(tmp)
-                self.tokenizer.save_pretrained(tmp)
+                save_pretrained_named(self.model, self.tokenizer, tmp, path)
 
 
 def build_components(cfg: TrainConfig, world: World = World()) -> Components:

@@ -167,8 +167,8 @@ def save_pretrained(model: torch.nn.Module, tokenizer: Any, path, world: World,
         for key in list(getattr(model, "_tied_weights_keys", None) or ()):
             state.pop(key, None)
     if world.is_main:  # built beside ``path`` and swapped in whole (store.staged_dir)
+        from replication.models.loading import save_pretrained_named
         from replication.store import staged_dir
 
         with staged_dir(path, kind=None) as tmp:
-            model.save_pretrained(tmp, state_dict=state)
-            tokenizer.save_pretrained(tmp)
+            save_pretrained_named(model, tokenizer, tmp, path, state_dict=state)
