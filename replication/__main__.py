@@ -85,7 +85,8 @@ def _overrides(args: argparse.Namespace) -> dict:
 
 
 def _common(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--profile", default="default", help=f"one of {available_profiles()}")
+    p.add_argument("--profile", default="default",
+                   help=f"one of {available_profiles()}, or a YAML file (the profile named by its stem)")
     p.add_argument("--set", action="append", metavar="KEY=VALUE",
                    help="override a config key, e.g. --set rollout.mean_rollouts=8 (repeatable)")
     p.add_argument("--model", help="policy folder (overrides model.path)")
@@ -197,8 +198,10 @@ def _check_args(args: argparse.Namespace) -> None:
             raise ConfigError(f"{flag}: must be >= {0 if name == 'seed' else 1}, got {value}")
     out = getattr(args, "out", None)
     if out is not None and args.cmd in ("train", "eval", "sft", "prepare-model", "grad-variance"):
+        from replication.cli_checks import refuse_results
         from replication.train.run_folder import check_out_dir
 
+        refuse_results(out)
         check_out_dir(out)
 
 
@@ -221,6 +224,13 @@ def main(argv: list[str] | None = None) -> int:
         # would load the task generators for every command
         data = sys.modules.get("replication.tasks.data_errors")
         if data is None or not isinstance(e, data.DataError):
+            raise
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    except RuntimeError as e:
+        # a dataset that is neither a local file nor in the hub cache (math_hub), looked up lazily
+        hub = sys.modules.get("replication.tasks.math_hub")
+        if hub is None or not isinstance(e, hub.DatasetUnavailableError):
             raise
         print(f"error: {e}", file=sys.stderr)
         return 2
@@ -249,8 +259,12 @@ def _main(args: argparse.Namespace) -> int:
     if args.cmd in ("seal", "verify"):
         return _seal_or_verify(args.cmd, args.folders)
     if args.cmd == "report":
+        from replication.cli_checks import check_summaries
         from replication.report.summary import check_published, update_readme, write_summary
 
+        check_summaries("--results", args.results)
+        if args.beside is not None:
+            check_summaries("--beside", args.beside)
         if args.readme:  # before writing anything: the README shows only the published default
             check_published(args.results, args.beside)
         text = write_summary(args.results, args.out, beside=args.beside)
@@ -264,6 +278,12 @@ def _main(args: argparse.Namespace) -> int:
         return run_stage(args.stage, args.params)
     _check_args(args)
     cfg = load_profile(args.profile, _overrides(args))
+    if args.cmd in ("train", "dry-run") and os.environ.get("RANK", "0") == "0" and not os.environ.get(PARENT_ENV):
+        from replication.cli_defaults import note  # a user's run: say where it is not the pipeline's arm
+
+        line = note(cfg)
+        if line:
+            print(line, file=sys.stderr, flush=True)
     if args.cmd == "train":
         from replication.interrupts import die_with_parent
         from replication.train.loop import train

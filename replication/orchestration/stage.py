@@ -76,6 +76,9 @@ def _write_marker(stage: str) -> None:
 def run_stage(stage: str, params_file: str | Path = "params.yaml") -> int:
     if stage not in STAGES:
         raise ConfigError(f"stage: unknown stage {stage!r}; known: {list(STAGES)}")
+    from replication.cli_checks import STAGE_ENV
+
+    os.environ[STAGE_ENV] = stage  # the commands this stage starts may write under results/
     print(validate_stage(params_file, stage), flush=True)
     params = load_params(params_file)
     dest, published = destination(stage, params_file, params)
