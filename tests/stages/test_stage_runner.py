@@ -60,7 +60,7 @@ def test_trial_profile_and_failed_cell_leave_results_untouched(tmp_path):
     assert r.returncode != 0 and "results/vip left as it was" in r.stderr
     assert _published(proj / "results") == before
     assert (proj / "workspace" / "failed" / "vip.ipynb").exists()
-    edited = params.read_text().replace("steps: null", "steps: 7", 1)  # default profile, uncommitted edit
+    edited = params.read_text().replace("  steps:  ", "  steps: 7  ", 1)  # default profile, uncommitted edit
     params.write_text(edited)
     r = _stage(proj)
     assert r.returncode == 2 and "edited since the last commit" in r.stderr

@@ -65,7 +65,7 @@ def test_the_same_trial_lands_in_the_same_folder_and_another_does_not(params):
 
 
 def test_a_section_edited_since_the_commit_is_a_trial(params):
-    text = params.read_text().replace("steps: null", "steps: 7", 1)
+    text = params.read_text().replace("  steps:  ", "  steps: 7  ", 1)
     params.write_text(text)
     place = paper_place("vip", params, _load(params))
     assert not place.published and "params.yaml vip" in place.differs
