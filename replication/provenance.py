@@ -6,11 +6,21 @@ and into the gradient-variance outputs. A 1-process and a 2-process run, or an F
 replicated one, are told apart from it alone. Every field is recorded when known and None when
 not (a package that is not installed, git missing or the package not in a git checkout):
 gathering provenance never fails a run.
+
+The machine is part of it (``machine_provenance``): the CPU model, the instruction set torch
+dispatches to (``ATEN_CPU_CAPABILITY`` can lower it), threads, cores, the BLAS that torch and
+numpy call, and the host. None of it enters a run's key (store/run_key.py): the same inputs on
+another machine are the same run, and whether its numbers come out bit for bit the same is what
+these fields let a reader check (docs/reproducibility.md says which results do).
 """
 
 from __future__ import annotations
 
 import importlib.metadata
+import os
+import platform
+import re
+import socket
 import subprocess
 from pathlib import Path
 from typing import Any
@@ -46,6 +56,83 @@ def git_state() -> dict[str, Any]:
     return {"commit": head.strip() or None, "dirty": None if status is None else bool(status.strip())}
 
 
+VERSIONS = ("torch", "transformers", "vllm", "numpy", "scipy", "gpytorch", "scikit-learn", "reasoning-gym",
+            "math-verify", "datasets", "sentence-transformers")
+"""Libraries whose version goes into every run's provenance (never into its key)."""
+
+
+def cpu_model() -> str | None:
+    """The CPU's model name (``/proc/cpuinfo`` on Linux, else ``platform.processor()``)."""
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                if line.startswith("model name"):
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or None
+
+
+def _cpu_flags() -> list[str]:
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                if line.startswith("flags"):
+                    have = set(line.split(":", 1)[1].split())
+                    return [x for x in ("avx", "avx2", "fma", "avx512f", "avx512bw", "avx512_bf16", "amx_tile")
+                            if x in have]
+    except OSError:
+        pass
+    return []
+
+
+def _torch_blas() -> str | None:
+    import torch
+
+    found = re.search(r"BLAS_INFO=([^,\s]+)", torch.__config__.show())
+    return found.group(1) if found else None
+
+
+def _numpy_blas() -> list[dict] | None:
+    try:
+        from threadpoolctl import threadpool_info
+    except ImportError:
+        return None
+    return [{k: info.get(k) for k in ("internal_api", "version", "num_threads", "architecture")}
+            for info in threadpool_info() if info.get("user_api") == "blas"]
+
+
+def machine_provenance() -> dict[str, Any]:
+    """The machine a run computed on: CPU model and flags, the instruction set torch dispatches
+    to, cores, torch threads, BLAS libraries, OS and host."""
+    import torch
+
+    try:
+        capability = torch.backends.cpu.get_cpu_capability()
+    except (AttributeError, RuntimeError):
+        capability = None
+    return {
+        "cpu": cpu_model(),
+        "cpu_flags": _cpu_flags(),
+        "cpu_capability": capability,
+        "aten_cpu_capability": os.environ.get("ATEN_CPU_CAPABILITY"),
+        "cores": os.cpu_count(),
+        "torch_threads": torch.get_num_threads(),
+        "torch_blas": _torch_blas(),
+        "numpy_blas": _numpy_blas(),
+        "platform": platform.platform(),
+        "python": platform.python_version(),
+        "host": socket.gethostname(),
+    }
+
+
+def model_commit(model: Any) -> str | None:
+    """The hub commit a model was loaded from (transformers records it on the config), or None
+    for a local folder."""
+    config = getattr(model, "config", None)
+    return getattr(config, "_commit_hash", None) if config is not None else None
+
+
 def _device(cfg: Any, engine: Any) -> str:
     dev = getattr(engine, "device", None)
     if dev is not None and not callable(dev):
@@ -56,12 +143,14 @@ def _device(cfg: Any, engine: Any) -> str:
     return ("cuda" if torch.cuda.is_available() else "cpu") if d == "auto" else str(d)
 
 
-def run_provenance(cfg: Any, world: Any, engine: Any) -> dict[str, Any]:
-    """World size, sharding, engine, device, dtype, threads, package versions, code digest and
-    git commit (with a dirty flag) of the run that ``cfg``, ``world`` and ``engine`` make up.
+def run_provenance(cfg: Any, world: Any, engine: Any, model: Any = None) -> dict[str, Any]:
+    """World size, sharding, engine, device, dtype, threads, package versions, code digest, git
+    commit (with a dirty flag), the machine and the model's hub commit of the run that ``cfg``,
+    ``world``, ``engine`` and ``model`` make up.
 
     ``world``: a ``replication.train.distributed.World`` (None = one process); ``engine``: the
-    run's rollout engine (None when there is none, e.g. a measurement)."""
+    run's rollout engine (None when there is none, e.g. a measurement); ``model``: the policy
+    (None: no model commit recorded)."""
     import torch
 
     from replication.code_digest import training_code_digest as code_digest  # never report/ (pandas)
@@ -84,7 +173,9 @@ def run_provenance(cfg: Any, world: Any, engine: Any) -> dict[str, Any]:
         "gpu": gpu,
         "dtype": cfg.model.dtype,
         "threads": torch.get_num_threads(),
-        "versions": {name: package_version(name) for name in ("torch", "transformers", "vllm")},
+        "versions": {name: package_version(name) for name in VERSIONS},
+        "machine": machine_provenance(),
+        "model_commit": model_commit(model),
         "code_digest": code_digest(),
         **git_state(),
     }

@@ -132,7 +132,7 @@ def _train(cfg: TrainConfig, out: Path, steps: int, world: World, *, resume: boo
         "eval_before": eval_before,
         "eval_after": eval_after,
         "wall_seconds": wall_before + time.perf_counter() - t0,
-        "provenance": run_provenance(cfg, world, c.engine),
+        "provenance": run_provenance(cfg, world, c.engine, getattr(c, "model", None)),
     }
     c.save_model(out / "model")  # rank 0 writes (FSDP: every rank joins the gather)
     if world.is_main:  # metrics.json atomically, then the manifest: the run exists (run_folder.py)

@@ -13,7 +13,7 @@ from replication.provenance import git_state, run_provenance
 from replication.train.distributed import World
 
 FIELDS = {"world_size", "sharding", "backend", "engine", "engine_class", "device", "gpu", "dtype", "threads",
-          "versions", "code_digest", "commit", "dirty"}
+          "versions", "machine", "model_commit", "code_digest", "commit", "dirty"}
 
 
 def test_fields_of_a_one_process_run():
@@ -32,6 +32,11 @@ def test_fields_of_a_one_process_run():
     assert p["versions"]["torch"] == torch.__version__ and p["versions"]["transformers"] == transformers.__version__
     assert "vllm" in p["versions"]  # None when not installed
     assert p["code_digest"] == code_digest()
+    machine = p["machine"]
+    assert machine["cpu_capability"] == torch.backends.cpu.get_cpu_capability()
+    assert machine["cores"] >= 1 and machine["torch_threads"] == torch.get_num_threads() and machine["host"]
+    assert machine["cpu"] and machine["torch_blas"]  # e.g. 'AMD EPYC', 'mkl'
+    assert p["model_commit"] is None  # no model given; a local folder has none either
     json.dumps(p)  # goes into metrics.json as is
     fsdp = run_provenance(cfg, World(rank=1, size=2, fsdp=True), SimpleNamespace())
     assert (fsdp["world_size"], fsdp["sharding"], fsdp["backend"]) == (2, "fsdp", "gloo")
