@@ -76,7 +76,8 @@ def _culprit(path: Path, e: BaseException, code: int | None, cleanup: tuple[Path
              unnamed: str | None) -> Path:
     """The file that failed, named where it was going: the OSError's own file name; for a
     library's error (which names none) ``path / unnamed``; else the file in a temporary folder
-    being written (mapped from the temporary folder to ``path``); else ``path`` itself."""
+    being written (mapped from the temporary folder to ``path``) or in the folder ``path``;
+    else ``path`` itself."""
     folders = [p for p in cleanup if p.is_dir() and not p.is_symlink()]
     if unnamed is not None and not isinstance(e, OSError):
         return path / unnamed
@@ -95,15 +96,20 @@ def _culprit(path: Path, e: BaseException, code: int | None, cleanup: tuple[Path
         files = [f for f in tmp.rglob("*") if f.is_file()]
         if files:
             return path / _failed_file(files, code).relative_to(tmp)
+    if path.is_dir():  # a folder written in place (dvclive's): the file in it that failed
+        files = [f for f in path.rglob("*") if f.is_file()]
+        if files:
+            return _failed_file(files, code)
     return path
 
 
 def _failed_file(files: list[Path], code: int | None) -> Path:
-    """Under a file-size limit, the file that reached it; else the newest (file times are coarse:
-    a tie goes to the later inode, i.e. the later created file on tmpfs and a fresh ext4 folder)."""
+    """Under a file-size limit, the file that stopped exactly at it (the kernel writes up to the
+    limit, then refuses); else the newest (file times are coarse: a tie goes to the later inode,
+    i.e. the later created file on tmpfs and in a fresh ext4 folder)."""
     if code == errno.EFBIG:
         soft = resource.getrlimit(resource.RLIMIT_FSIZE)[0]
-        full = [f for f in files if f.stat().st_size >= soft]
+        full = [f for f in files if f.stat().st_size == soft]
         if full:
             return full[0]
     return max(files, key=lambda f: (f.stat().st_mtime_ns, f.stat().st_ino))

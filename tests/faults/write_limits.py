@@ -1,8 +1,8 @@
 """Real write limits for the write-fault tests (tests/faults/test_write_faults*.py).
 
 A fault here is the kernel's, not a mock: ``RLIMIT_FSIZE`` set in the child before it starts (no
-privilege needed; a write past it fails with EFBIG once SIGXFSZ is ignored, which the CLI does),
-a small tmpfs (ENOSPC; root only, skipped elsewhere) or another user id (EACCES; root only).
+privilege needed; a write past it fails with EFBIG once SIGXFSZ is ignored, which the CLI does)
+or a small tmpfs (ENOSPC, or EROFS remounted read-only; root only, skipped elsewhere).
 The children run with their working folder outside the repository, so dvclive opens no DVC
 repository index (under /var/tmp/dvc) that a small limit would hit first.
 """
@@ -35,19 +35,12 @@ def run_cli_limited(*args: str, limit: int | None, cwd: Path, timeout: float = 3
                           cwd=cwd, env=env, timeout=timeout, preexec_fn=None if limit is None else _fsize(limit))
 
 
-def run_python(code: str, *, cwd: Path, limit: int | None = None, user: int | None = None,
-               timeout: float = 120) -> subprocess.CompletedProcess:
-    """A Python snippet in a child under a file-size ``limit`` and/or as ``user`` (a uid)."""
-    def setup() -> None:
-        if limit is not None:
-            _fsize(limit)()
-        if user is not None:
-            os.setgid(user)
-            os.setuid(user)
+def run_python(code: str, *, cwd: Path, limit: int | None = None, timeout: float = 120) -> subprocess.CompletedProcess:
+    """A Python snippet in a child under a file-size ``limit``."""
     env = {**os.environ, "PYTHONPATH": str(ROOT), "HF_HUB_OFFLINE": "1", "DVC_NO_ANALYTICS": "1",
            "PYTHONDONTWRITEBYTECODE": "1"}
     return subprocess.run([sys.executable, "-c", textwrap.dedent(code)], capture_output=True, text=True,
-                          cwd=cwd, env=env, timeout=timeout, preexec_fn=setup)
+                          cwd=cwd, env=env, timeout=timeout, preexec_fn=None if limit is None else _fsize(limit))
 
 
 @contextlib.contextmanager
