@@ -9,6 +9,10 @@ or ``staged_dir`` with a manifest (kind ``gradient-variance``, the key in ``extr
 only once it verifies:
 
 - a damaged (or manifest-less) cache entry is measured again, with a warning naming it;
+- a committed measurement of the same key (the stage's destination, or results/<paper>/ for a
+  trial) is copied into the cache instead of measured again: the same key on a clean clone gives
+  the committed numbers, not a re-measurement whose rows may differ in the last bits on another
+  CPU (docs/reproducibility.md);
 - the output folder (committed under results/<paper>/gradient_variance) is used as it is when its
   manifest carries the same key; if it then does not verify, the call stops with an error naming
   it, since committed evidence is never silently replaced. An output folder of another key (or
@@ -110,6 +114,45 @@ def _usable_cache(cache: Path) -> bool:
     return True
 
 
+def _committed_copies(out_dir: Path) -> list[Path]:
+    """Where a committed measurement of ``out_dir`` may already be: under a DVC stage (which has
+    the notebook write into a temporary folder) the same place in the stage's destination, and
+    for any paper folder the published ``results/<paper>/<name>``."""
+    from replication.orchestration.workspace import LOCK_ENV, PRODUCTS_ENV, RESULTS
+
+    found = []
+    products, dest = os.environ.get(PRODUCTS_ENV), os.environ.get(LOCK_ENV)
+    if products and dest:
+        try:
+            found.append(Path(dest) / out_dir.resolve().relative_to(Path(products).resolve()))
+        except ValueError:
+            pass
+    found.append(Path(RESULTS) / out_dir.parent.name / out_dir.name)
+    return [p for p in dict.fromkeys(found) if p.resolve() != out_dir.resolve()]
+
+
+def _reuse_committed(out_dir: Path, key: str, cache: Path, log: Callable[[str], None]) -> bool:
+    """Copy a committed measurement of this key into the cache entry instead of measuring again;
+    True when one was found and verified (a damaged one is skipped with a warning)."""
+    for src in _committed_copies(out_dir):
+        if not (src / MANIFEST).exists():
+            continue
+        try:
+            manifest = read_manifest(src)
+            if (manifest.get("extra") or {}).get("key") != key:
+                continue
+            verify_manifest(src, kind=KIND)
+        except DamagedArtifact as e:
+            warnings.warn(f"committed measurement {src} not reused: {e}", stacklevel=3)
+            continue
+        with staged_dir(cache, kind=KIND, extra=manifest.get("extra")) as tmp:
+            for name in FILES:
+                shutil.copy2(src / name, tmp / name)
+        log(f"grad-variance: reusing the committed measurement {src} (key {key}); nothing measured")
+        return True
+    return False
+
+
 def measure(profile: str, overrides: dict | None, out_dir: str | Path, cache_root: str | Path | None = None,
             log: Callable[[str], None] = print, **settings) -> pd.DataFrame:
     """What a paper notebook calls: ``run_grad_variance`` for ``profile`` + ``overrides`` (the
@@ -136,6 +179,8 @@ def measure(profile: str, overrides: dict | None, out_dir: str | Path, cache_roo
         with writer_lock(cache, "a gradient-variance measurement"):
             if _usable_cache(cache):
                 log(f"grad-variance: cached {cache}")
+            elif _reuse_committed(out_dir, key, cache, log):
+                pass
             else:
                 # the uniform run beside the entry (a dot name: never part of it); a killed
                 # measurement resumes from its checkpoints, a finished one removes it

@@ -61,7 +61,7 @@ def _key(model, **over):
 
 def test_the_key_covers_the_training_code_and_the_measurements_own(model, tmp_path):
     """Editing an allocator changes the measurement's key as it changes the run cache's; so does
-    editing the measurement's code; a report edit does not."""
+    editing the measurement's code; a report edit or a comment does not."""
     cfg = load_profile("smoke", {"model.path": model})
     gv = GradVarConfig(**SETTINGS)
     pkg = tmp_path / "replication"
@@ -72,11 +72,13 @@ def test_the_key_covers_the_training_code_and_the_measurements_own(model, tmp_pa
     report.write_text(report.read_text() + "\n# a note\n")
     assert measurement_cache.measurement_key(cfg, gv, package=pkg) == key
     dynamo = pkg / "allocation" / "dynamo.py"
-    dynamo.write_text(dynamo.read_text() + "\n# an edit to an allocator\n")
+    dynamo.write_text(dynamo.read_text() + "\n# a comment in an allocator\n")
+    assert measurement_cache.measurement_key(cfg, gv, package=pkg) == key
+    dynamo.write_text(dynamo.read_text() + "\nAN_EDIT = 1\n")
     edited = measurement_cache.measurement_key(cfg, gv, package=pkg)
     assert edited != key
     stats = pkg / "analysis" / "variance_statistics.py"
-    stats.write_text(stats.read_text() + "\n# an edit to the statistics\n")
+    stats.write_text(stats.read_text() + "\nAN_EDIT = 1\n")
     assert measurement_cache.measurement_key(cfg, gv, package=pkg) not in (key, edited)
     assert measurement_cache.measurement_key(cfg, GradVarConfig(**{**SETTINGS, "draws": 4})) != key
     rloo = load_profile("smoke", {"model.path": model, "rl.estimator": "rloo"})
@@ -255,3 +257,23 @@ def test_a_half_copied_checkpoint_folder_is_made_again(tmp_path, monkeypatch):
     assert verify_manifest(dest, kind=CHECKPOINT_KIND)["files"]["model.safetensors"]["size"] == 64
     train_uniform_checkpoints(cfg, run, (0, 2))  # complete now: reused
     assert trained == [2]
+
+
+def test_a_stage_reuses_the_committed_measurement_of_its_key(model, tmp_path, stub, monkeypatch):
+    """On a clean clone (no cache) a DVC stage whose notebook writes into a temporary products
+    folder copies the destination's committed measurement of the same key: nothing is measured."""
+    from replication.orchestration.workspace import LOCK_ENV, PRODUCTS_ENV
+
+    dest, products = tmp_path / "results" / "vip", tmp_path / "staging"
+    committed = _measure(model, dest / "gradient_variance", tmp_path / "cache1")
+    assert stub == [0]
+    monkeypatch.setenv(PRODUCTS_ENV, str(products))
+    monkeypatch.setenv(LOCK_ENV, str(dest))
+    logs = []
+    again = _measure(model, products / "gradient_variance", tmp_path / "fresh-cache", logs)
+    assert stub == [0] and any("reusing the committed measurement" in m for m in logs)
+    pd.testing.assert_frame_equal(committed, again)
+    verify_manifest(products / "gradient_variance", kind=KIND)
+    # another key is measured, not copied
+    _measure(model, products / "other" / "gradient_variance", tmp_path / "fresh-cache", draws=4)
+    assert stub == [0, 0]
