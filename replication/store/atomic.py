@@ -90,17 +90,23 @@ def _culprit(path: Path, e: BaseException, code: int | None, cleanup: tuple[Path
             return name
         for tmp in folders:
             if name.is_relative_to(tmp.absolute()):
-                return path / name.relative_to(tmp.absolute())
+                return _where(path, tmp) / name.relative_to(tmp.absolute())
         return name
     for tmp in folders:
         files = [f for f in tmp.rglob("*") if f.is_file()]
         if files:
-            return path / _failed_file(files, code).relative_to(tmp)
+            return _where(path, tmp) / _failed_file(files, code).relative_to(tmp)
     if path.is_dir():  # a folder written in place (dvclive's): the file in it that failed
         files = [f for f in path.rglob("*") if f.is_file()]
         if files:
             return _failed_file(files, code)
     return path
+
+
+def _where(path: Path, tmp: Path) -> Path:
+    """Where the files of the temporary folder ``tmp`` are going: ``path``, unless ``path`` names
+    a file inside ``tmp`` (the checkpoint's message names its temporary folder)."""
+    return tmp if path.absolute().is_relative_to(tmp.absolute()) else path
 
 
 def _failed_file(files: list[Path], code: int | None) -> Path:

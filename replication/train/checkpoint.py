@@ -156,7 +156,7 @@ def save_checkpoint(run_dir: Path, payload: dict[str, Any]) -> Path:
     run_dir = Path(run_dir)
     tmp = run_dir / f".{LATEST}.tmp"
     # a failed write removes the temporary (it must not fill the disk further): DiskFull
-    with io_errors(run_dir / LATEST, tmp):  # names the file: <run>/checkpoint/state.pt
+    with io_errors(tmp / "state.pt", tmp):
         return _save(run_dir, tmp, payload)
 
 

@@ -71,7 +71,7 @@ def test_checkpoint_under_a_file_size_limit_then_resume(small_overrides, runs, t
     shutil.copytree(runs["half"], out)
     limit = (out / "checkpoint" / "state.pt").stat().st_size // 2
     proc = run_cli_limited(*train_args(small_overrides, out, "--resume"), limit=limit, cwd=tmp_path)
-    _failed_write(proc, str(out / "checkpoint" / "state.pt"))
+    _failed_write(proc, str(out / ".checkpoint.tmp" / "state.pt"))  # the temporary, now removed
     assert load_checkpoint(out)["step"] == 2 and leftovers(out) == []
     _resume_equals_reference(small_overrides, out, runs["full"])
 

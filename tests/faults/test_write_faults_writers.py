@@ -175,7 +175,7 @@ def test_disk_full_on_a_small_tmpfs_then_resume(small_overrides, finished, tmp_p
         shutil.copytree(finished, out, ignore=shutil.ignore_patterns("model", "metrics.json", "MANIFEST.json"))
         proc = run_cli_limited(*train_args(small_overrides, out, "--resume"), limit=None, cwd=tmp_path)
         assert proc.returncode == 1, proc.stderr
-        one_line_error(proc.stderr, f"{out}/checkpoint/state.pt", "No space left", "MiB free on")
+        one_line_error(proc.stderr, f"{out}/.checkpoint.tmp/state.pt", "No space left", "MiB free on")
         assert leftovers(out) == [] and shutil.disk_usage(disk).free > size // 3
         kept = tmp_path / "kept"
         shutil.copytree(out, kept)
