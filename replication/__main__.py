@@ -7,7 +7,7 @@
     python -m replication prepare-model --profile smollm2       # converts into .cache/ (git-ignored)
 
     python -m replication seal   results/vip/runs     # check old exports, write their manifests
-    python -m replication verify results/*/runs        # every run/export against its manifest
+    python -m replication verify results/              # everything the pipeline wrote, one line each
 
 Every argument is checked (and the profile validated) before any model is loaded. A user-facing
 error is one line on stderr naming the bad key, file or value, with exit code 2; a run that
@@ -173,12 +173,15 @@ def build_parser() -> argparse.ArgumentParser:
                    help="after a successful check, remove these old outputs (what DVC does to "
                         "non-persistent outputs, done only once the parameters are known good)")
 
-    sl = sub.add_parser("seal", help="check exported runs made before manifests (rows vs steps, run.json, "
-                                     "JSON) and write their MANIFEST.json; sealed ones are verified")
+    sl = sub.add_parser("seal", help="check exports or paper products made before manifests (every file "
+                                     "parsed, summary vs tables, runs verified) and write their "
+                                     "MANIFEST.json once; sealed ones are verified")
     sl.add_argument("folders", nargs="+", type=Path, metavar="FOLDER",
-                    help="a run folder, or a results/<paper>/runs folder of <arm>/s<seed> exports")
-    vf = sub.add_parser("verify", help="verify runs and exports against their manifests")
-    vf.add_argument("folders", nargs="+", type=Path, metavar="FOLDER")
+                    help="a run folder, a results/<paper>/runs folder of <arm>/s<seed> exports, or results/<paper>")
+    vf = sub.add_parser("verify", help="verify anything the pipeline writes (runs, exports, paper products, "
+                                       "measurements, base model, summary.json, results/): exit 0 verified, "
+                                       "1 damage, 2 bad input")
+    vf.add_argument("folders", nargs="+", type=Path, metavar="PATH")
 
     sub.add_parser("profiles", help="list the available profiles")
     d = sub.add_parser("dry-run", help="validate a profile and print its plan (no GPU needed)")
@@ -341,20 +344,12 @@ def _main(args: argparse.Namespace) -> int:
 
 
 def _seal_or_verify(cmd: str, roots: list[Path]) -> int:
-    """Each run folder under ``roots``: sealed (``seal``) or verified; one line per folder, an
-    ``error:`` line on stderr for each damaged one (exit 1 if any)."""
-    from replication.report.run_evidence import run_folders, seal, verify_run
-    from replication.store import DamagedArtifact
+    """Every kind of folder the pipeline writes, sealed once (``seal``) or verified; one line per
+    item saying what was checked; exit 0 verified, 1 damage found, 2 bad input
+    (replication/store/verify_all.py)."""
+    from replication.store.verify_all import seal_paths, verify_paths
 
-    bad = 0
-    for root in roots:
-        for folder in run_folders(root):
-            try:
-                print(seal(folder) if cmd == "seal" else (verify_run(folder) and f"{folder}: verifies"))
-            except DamagedArtifact as e:
-                print(f"error: {e}", file=sys.stderr)
-                bad += 1
-    return 1 if bad else 0
+    return seal_paths(roots) if cmd == "seal" else verify_paths(roots)
 
 
 if __name__ == "__main__":

@@ -13,7 +13,9 @@ stage (dvc.yaml's ``cmd``), safe to interrupt and never over the published resul
    this process dies with whatever launched it (``dvc``; replication.interrupts), so ``kill -9`` of
    dvc leaves no papermill, kernel or trainer behind. The notebook writes its tables, figures,
    summary and executed copy into a temporary folder beside the destination (``PRODUCTS_ENV``);
-   only when papermill succeeds are they swapped in. Ctrl-C, a failed cell or a killed launcher
+   only when papermill succeeds are they swapped in, and the folder's products manifest
+   (``<dest>/MANIFEST.json``, store/products.py) written over them before any signal is let
+   through; readers of summary.json and the tables verify it. Ctrl-C, a failed cell or a killed launcher
    remove the temporary folder and leave the destination as it was (the exported runs under
    ``runs/`` are kept: each is complete on its own and the next run reuses it).
 """
@@ -27,12 +29,14 @@ import subprocess
 import sys
 import threading
 from pathlib import Path
+from typing import Callable
 
 from replication.config import ConfigError, load_profile
 from replication.orchestration.workspace import (LOCK_ENV, PRODUCTS_ENV, PUBLISHED_PROFILE, RESULTS, WORKSPACE,
                                                  committed_params, stage_marker)
 from replication.stage_params import PAPER_STAGES, STAGES, load_params, validate_stage
 from replication.store.lock import is_lock_file
+from replication.store.manifest import MANIFEST
 
 CLEARED = ("tables", "figures", "summary.json")
 """Products replaced as a whole on success (a table or figure no longer made does not linger)."""
@@ -169,12 +173,13 @@ def _recover(dest: Path) -> None:
             old.unlink(missing_ok=True)
 
 
-def swap_products(staging: Path, dest: Path) -> list[str]:
+def swap_products(staging: Path, dest: Path, seal: Callable[[], object] | None = None) -> list[str]:
     """Move every product in ``staging`` into ``dest`` (each one by rename: old one aside, new one
     in, old one removed), plus remove the CLEARED products the notebook no longer made.
     Writer-lock files the notebook took in ``staging`` (``.<name>.lock``, replication.store) are
     not products: they stay behind, so a lock another process holds in ``dest`` is never
-    renamed over. Signals are held off for the few renames, so Ctrl-C cannot stop it halfway."""
+    renamed over. ``seal`` (the paper manifest's writer) runs once the products are in. Signals
+    are held off for the renames and the seal, so Ctrl-C cannot stop it halfway."""
     dest.mkdir(parents=True, exist_ok=True)
     names = sorted({p.name for p in staging.iterdir() if not is_lock_file(p.name)} | set(CLEARED))
     held = {signal.SIGINT, signal.SIGTERM, signal.SIGHUP}
@@ -190,9 +195,20 @@ def swap_products(staging: Path, dest: Path) -> list[str]:
                 os.rename(new, cur)
         for old in olds:
             shutil.rmtree(old) if old.is_dir() and not old.is_symlink() else old.unlink()
+        if seal is not None:
+            seal()
     finally:
         signal.pthread_sigmask(signal.SIG_UNBLOCK, held)
     return names
+
+
+def seal_products(dest: Path, paper: str) -> dict:
+    """The paper manifest over what ``dest`` now holds (store/products.py): summary, tables,
+    figures, notebook, and the manifests of its exports and measurement. Every reader of the
+    summary and tables verifies it; ``dvc.yaml`` declares it as the stage's output."""
+    from replication.store.products import write_products_manifest
+
+    return write_products_manifest(dest, extra={"paper": paper, "stage": f"python -m replication stage {paper}"})
 
 
 class _Stopped(Exception):
@@ -251,9 +267,9 @@ def _paper_stage(paper: str, params_file: str | Path, dest: Path) -> int:
         print(f"stage {paper}: papermill exited with {rc}; {dest} left as it was{kept}", file=sys.stderr)
         return rc
     with swapping:
-        names = swap_products(staging, dest)
+        names = swap_products(staging, dest, seal=lambda: seal_products(dest, paper))
         shutil.rmtree(staging, ignore_errors=True)
-    print(f"stage {paper}: {', '.join(names)} swapped into {dest}")
+    print(f"stage {paper}: {', '.join(names)} swapped into {dest}, sealed by {dest / MANIFEST}")
     return 0
 
 

@@ -1,21 +1,44 @@
 """The cross-paper summary (``dvc repro report``): one Markdown page from each paper's
-``results/<paper>/summary.json`` — the comparisons against each paper's baseline, with CIs."""
+``results/<paper>/summary.json`` — the comparisons against each paper's baseline, with CIs.
+
+Each summary is read only once its paper's products manifest verifies (store/products.py): a
+hand-edited or cut summary.json is one ``DamagedArtifact`` line naming it (``report`` exits 1),
+never a page built on it. The published results/ must carry the manifest; a trial written by a
+notebook outside a stage has none, and is read with a note saying it is unverified."""
 
 from __future__ import annotations
 
-import json
 import math
+import sys
 from pathlib import Path
 
 PAPERS = {"vip": "VIP", "dynamo": "DynaMO", "gdro": "GDRO"}
 
 
+def _published(results: Path) -> bool:
+    """Whether ``results`` is the repository's results/ (whose summaries must be sealed)."""
+    from replication.config import ConfigError
+    from replication.paths import repo_root
+
+    try:
+        return Path(results).resolve() == (repo_root() / "results").resolve()
+    except ConfigError:
+        return False
+
+
 def _summaries(results: Path) -> dict[str, tuple[Path, dict]]:
+    from replication.store.products import read_summary
+
     found = {}
+    required = _published(results)
     for key in PAPERS:
         path = Path(results) / key / "summary.json"
         if path.exists():
-            found[key] = (path, json.loads(path.read_text()))
+            summary, verified = read_summary(path.parent, required=required)
+            if not verified:
+                print(f"note: {path} read unverified: {path.parent} has no MANIFEST.json (written outside a "
+                      f"stage)", file=sys.stderr)
+            found[key] = (path, summary)
     return found
 
 

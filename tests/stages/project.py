@@ -1,7 +1,8 @@
 """A throwaway DVC project for the stage tests: this repo's dvc.yaml and params.yaml, a small fake
 results tree, and fake paper notebooks that do what the real ones do to the disk in a second:
 claim their output folder (replication.orchestration.workspace), export a "run", write tables,
-figures and summary.json into the products folder; with ``FAKE_HANG=<file>`` they start a
+figures and summary.json into the products folder (the fake results/<paper> folders are sealed
+with their products manifest, as the stage seals them); with ``FAKE_HANG=<file>`` they start a
 "trainer" bound to the kernel as the grid's are, write "<kernel pid> <trainer pid>" to the file
 and wait; with ``FAKE_FAIL=1`` a cell fails after the products are written."""
 
@@ -99,6 +100,10 @@ def make_project(where: Path, *, git: bool = True) -> Path:
     for rel, text in PUBLISHED.items():
         (proj / rel).parent.mkdir(parents=True, exist_ok=True)
         (proj / rel).write_text(text)
+    from replication.store.products import write_products_manifest
+
+    for paper in PAPERS:  # sealed as a stage seals its products (dvc.yaml declares the manifest)
+        write_products_manifest(proj / "results" / paper, extra={"paper": paper})
     if git:
         run = dict(cwd=proj, check=True, capture_output=True)
         subprocess.run(["git", "init", "-q"], **run)
