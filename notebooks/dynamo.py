@@ -123,7 +123,7 @@ show(lab.plot_lab(lab_df, pr.figures / "allocation_lab.png"))
 # %%
 from replication.analysis import gradient_variance as gva
 from replication.report import gradient_variance as gvr
-from replication.orchestration.arms import gradvar_settings
+from replication.arms import gradvar_settings
 from replication.orchestration.grid import load_section
 # vip-gp with the VIP arm's GP settings and encoder (params.yaml, section vip)
 vip_arm_options = load_section("vip", params_file)["arms"]["RLOO+VIP"].get("allocator.options") or {}

@@ -161,7 +161,7 @@ show(lab.plot_lab(lab_df, pr.figures / "allocation_lab.png"))
 # %%
 from replication.analysis import gradient_variance as gva
 from replication.report import gradient_variance as gvr
-from replication.orchestration.arms import gradvar_settings
+from replication.arms import gradvar_settings
 gv_df = gva.measure(pr.profile, gva.baseline_overrides(section, "RLOO", params_file, overrides),
                     pr.out / "gradient_variance", **gradvar_settings(pr.profile, gradvar_draws),
                     method_options={"vip-gp": vip_arm_options})  # the GP as RLOO+VIP runs it

@@ -64,10 +64,13 @@ TIMING_SUFFIXES = ("_seconds",)
 """Fields dropped from every file: wall-clock times differ between machines and runs."""
 NOT_RESULTS = ("provenance",)
 """Dropped too: how the run ran (commit, code digest, versions: replication/provenance.py)."""
-ENVIRONMENT_FILE = GOLDEN_DIR / "ENVIRONMENT.json"
-"""What the numbers depend on beyond the code (docs/reproducibility.md): package versions and the
-CPU's vector instruction sets. Written by --update; elsewhere a run is not comparable bit for bit."""
 PACKAGES = ("torch", "transformers", "numpy", "sentence-transformers")
+ENVIRONMENT = "ENVIRONMENT.json"
+"""What the numbers depend on beyond the code (docs/reproducibility.md): package versions and the
+CPU's vector instruction sets. Each golden set holds one; elsewhere a run is not comparable bit
+for bit, so a set is kept per environment: ``tests/golden/`` (the first, made on AVX-512) and
+``tests/golden/isa-<flags>/`` for each other instruction set the project's machines have had.
+The set whose environment is this machine's is the one checked (``GOLDEN_SET``)."""
 
 
 @dataclass(frozen=True)
@@ -85,7 +88,7 @@ class GoldenArm:
 
     @property
     def dir(self) -> Path:
-        return GOLDEN_DIR / self.paper / self.slug
+        return GOLDEN_SET / self.paper / self.slug
 
     @property
     def needs_encoder(self) -> bool:
@@ -100,7 +103,7 @@ def _uses_encoder(overrides: dict) -> bool:
 def golden_arms(params_file: Path = ROOT / "params.yaml") -> list[GoldenArm]:
     """Every arm of every paper section, through the grid's own selection (base + arm + overrides).
     Paths in params.yaml are relative to the repository root, so it is read from there."""
-    from replication.orchestration.arms import _slug, select_arms
+    from replication.arms import _slug, select_arms
     from replication.orchestration.grid import load_section
 
     out = []
@@ -166,11 +169,32 @@ def environment() -> dict[str, Any]:
     return {"packages": versions, "machine": platform.machine(), "cpu_isa": isa}
 
 
+def golden_sets() -> list[Path]:
+    """Every golden set: the first (``GOLDEN_DIR``) and one ``isa-*`` folder per other environment."""
+    return [GOLDEN_DIR, *sorted(p for p in GOLDEN_DIR.glob("isa-*") if p.is_dir())]
+
+
+def matching_set(env: dict[str, Any] | None = None) -> Path | None:
+    """The golden set made in this environment (same packages and instruction sets), or None."""
+    env = env if env is not None else environment()
+    for folder in golden_sets():
+        f = folder / ENVIRONMENT
+        if f.exists() and json.loads(f.read_text()) == env:
+            return folder
+    return None
+
+
+def new_set_dir(env: dict[str, Any]) -> Path:
+    """Where --update writes the set of an environment no set matches: ``isa-<flags>``."""
+    return GOLDEN_DIR / ("isa-" + ("-".join(env["cpu_isa"]) or "none"))
+
+
 def environment_differences() -> list[str]:
-    """How this environment differs from the one that made the golden files (empty: the same)."""
-    if not ENVIRONMENT_FILE.exists():
-        return [f"{ENVIRONMENT_FILE.relative_to(ROOT)} missing"]
-    made, now = json.loads(ENVIRONMENT_FILE.read_text()), environment()
+    """How this environment differs from the one that made the golden set in use (empty: the same)."""
+    env_file = GOLDEN_SET / ENVIRONMENT
+    if not env_file.exists():
+        return [f"{env_file.relative_to(ROOT)} missing"]
+    made, now = json.loads(env_file.read_text()), environment()
     out = [f"{k}={now['packages'].get(k)} (golden: {v})" for k, v in made["packages"].items()
            if now["packages"].get(k) != v]
     out += [f"{k}={now[k]} (golden: {made[k]})" for k in ("machine", "cpu_isa") if now[k] != made[k]]
@@ -295,6 +319,11 @@ def compare_arm(arm: GoldenArm, now: dict[str, Any]) -> list[str]:
     return [line for name in FILES for line in compare(golden[name], now[name], f"{arm.id} {name}")]
 
 
+GOLDEN_SET = matching_set() or GOLDEN_DIR
+"""The golden set checked here: the one made in this environment, else the first (whose arms the
+test then skips, naming the difference)."""
+
+
 # ----------------------------------------------------------------------------- CLI
 
 
@@ -316,7 +345,12 @@ def main(argv: list[str] | None = None) -> int:
             return 2
         arms = [known[a] for a in args.arms]
     if args.update:
-        ENVIRONMENT_FILE.write_text(json.dumps(environment(), indent=1, sort_keys=True) + "\n")
+        global GOLDEN_SET
+        env = environment()
+        GOLDEN_SET = matching_set(env) or new_set_dir(env)
+        GOLDEN_SET.mkdir(parents=True, exist_ok=True)
+        (GOLDEN_SET / ENVIRONMENT).write_text(json.dumps(env, indent=1, sort_keys=True) + "\n")
+        print(f"golden set: {GOLDEN_SET.relative_to(ROOT)}")
     else:
         for line in environment_differences():
             print(f"warning: another environment than the golden files': {line}; numbers may move "

@@ -22,7 +22,7 @@ import pandas as pd
 from tqdm.auto import tqdm
 
 from replication.interrupts import RunGuard
-from replication.orchestration.arms import QUICK_PROFILE, Arm, _slug, select_arms  # noqa: F401 (re-exported)
+from replication.arms import QUICK_PROFILE, Arm, _slug, select_arms  # noqa: F401 (notebooks read Arm here)
 from replication.orchestration.run_cache import (DEFAULT_CACHE, cached_run, copy_export, ensure_run, export_run, exported_key,
                                                  published_exports, run_key)
 from replication.store.run_key import FileDigests

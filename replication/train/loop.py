@@ -42,6 +42,7 @@ from replication.train.distributed import (
 from replication.provenance import run_provenance
 from replication.train.rank_faults import stop_on_collective_failure
 from replication.train.run_folder import check_finite, finish_run, prepare_run
+from replication.train.phase_timer import PhaseTimer
 from replication.train.run_log import RunLog
 from replication.train.probe import run_probe  # issue 20.9: the upper-bound arm's probe
 from replication.train.update import ppo_update
@@ -146,8 +147,7 @@ def _train(cfg: TrainConfig, out: Path, steps: int, world: World, *, resume: boo
 
 
 def train_step(cfg: TrainConfig, c: Components, step: int, world: World = World()) -> tuple[dict, list[dict]]:
-    t_step = time.perf_counter()  # allocator_seconds = plan + observe (VIP's overhead figure)
-    cpu_step = time.process_time()  # this rank's CPU time: its step on an idle machine, waits aside
+    timer = PhaseTimer()  # allocator = plan + observe (VIP's overhead figure)
     world.clock.take()  # comm_seconds: this step's explicit collectives only
     # 1. prompts and the allocation of the step's fixed budget C = Q·n̄
     epoch = c.sampler.epoch
@@ -156,9 +156,8 @@ def train_step(cfg: TrainConfig, c: Components, step: int, world: World = World(
     # issue 20.9: an allocator told p (vip-probe) first gets extra rollouts outside the budget
     # and the loss; only their cost is logged (train/probe.py)
     probe = run_probe(cfg, c, step, idx, world) if getattr(c.allocator, "wants_probe", 0) else None
-    t_alloc = time.perf_counter()
-    counts = c.allocator.plan(ids, cfg.budget)
-    alloc_seconds = time.perf_counter() - t_alloc
+    with timer("allocator"):
+        counts = c.allocator.plan(ids, cfg.budget)
     details = c.allocator.plan_details()
 
     # 2. rollouts: every per-row field repeated by the same counts (RolloutBatch.build). This
@@ -170,30 +169,29 @@ def train_step(cfg: TrainConfig, c: Components, step: int, world: World = World(
     parts = split_groups(counts, world.size)
     mine, gen = parts[world.rank], generation_share(parts, world.rank, engine_group_size(cfg, world))
     my_idx, gen_idx = idx[mine], idx[gen]
-    t_gen = time.perf_counter()
-    batch = c.engine.generate(
-        ids[gen],
-        [c.train.inputs[i] for i in gen_idx],
-        [c.train.answers[i] for i in gen_idx],
-        counts[gen],
-        s,
-        generator=c.generator,
-        seeds=rollout_seeds(cfg.seed, "train", step, ids[gen]),
-    )
-    if gen != mine:
-        batch = batch.select_groups(mine.start - gen.start, mine.stop - gen.start)
+    with timer("generate"):
+        batch = c.engine.generate(
+            ids[gen],
+            [c.train.inputs[i] for i in gen_idx],
+            [c.train.answers[i] for i in gen_idx],
+            counts[gen],
+            s,
+            generator=c.generator,
+            seeds=rollout_seeds(cfg.seed, "train", step, ids[gen]),
+        )
+        if gen != mine:
+            batch = batch.select_groups(mine.start - gen.start, mine.stop - gen.start)
     # the vLLM engine may recompute old log-probs with the trainer's model inside generate()
     old_lp_seconds = float(getattr(c.engine, "timings", {}).get("old_logprob_seconds", 0.0))
-    generate_seconds = time.perf_counter() - t_gen - old_lp_seconds
+    generate_seconds = timer["generate"] - old_lp_seconds
     batch.check_alignment()
     sources = [c.train.sources[i] for i in my_idx]
     my_correct = np.asarray(c.verifier.is_correct(batch.completions, batch.row_answers,
                                                   [sources[g] for g in batch.group_index]), dtype=bool)
     # the whole step's rows, in plan order, on every rank; the first collective after the
     # ranks' unequal generation: its time is mostly waiting for the slowest rank (wait_seconds)
-    t_wait = time.perf_counter()
-    correct = world.concat(my_correct, [int(counts[p].sum()) for p in parts])
-    wait_seconds = time.perf_counter() - t_wait
+    with timer("wait"):
+        correct = world.concat(my_correct, [int(counts[p].sum()) for p in parts])
     world.clock.take()
     rewards = np.where(correct, cfg.rl.reward_positive, cfg.rl.reward_negative)
 
@@ -202,43 +200,40 @@ def train_step(cfg: TrainConfig, c: Components, step: int, world: World = World(
     adv = group_advantages(rewards, group_index, cfg.rl.estimator)
     prompt_w = np.ones(len(ids))
     bins = c.bins(ids)
-    weights_seconds = 0.0  # Prompt-GDRO's own time (weights + observe), beside allocator_seconds
-    if c.prompt_weights is not None:
-        t_w = time.perf_counter()
-        prompt_w = c.prompt_weights.weights(ids, bins, counts)
-        weights_seconds += time.perf_counter() - t_w
+    if c.prompt_weights is not None:  # Prompt-GDRO's own time, beside the allocator's
+        with timer("prompt_weights"):
+            prompt_w = c.prompt_weights.weights(ids, bins, counts)
         adv = adv * prompt_w[group_index]
 
     # 4. PPO-clip update over mini-batches (+ DynaMO token modulation), on this rank's rows;
     #    a colocated vLLM with sleep mode frees its GPU memory meanwhile
     rows = slice(int(counts[: mine.start].sum()), int(counts[: mine.stop].sum()))
-    t_upd = time.perf_counter()
     sleeps = bool(getattr(c.engine, "sleeps_during_update", False))
-    if sleeps:
-        c.engine.sleep(1)
-    upd = ppo_update(
-        c.train_model, c.optimizer, c.scheduler, batch, adv[rows], c.ppo_cfg,
-        temperature=s.temperature, mini_batches=cfg.rl.mini_batches, ppo_epochs=cfg.rl.ppo_epochs,
-        grad_clip=cfg.optim.grad_clip, rng=c.update_rng, modulation=c.modulation_cfg,
-        ref_model=c.ref_model, row_weights=prompt_w[group_index][rows],
-        shard=RowShard(world, int(counts.sum()), rows.start, rows.stop),
-    )
-    check_finite(step, c.model, upd.row_loss, upd.stats)  # NaN/inf: stop; last checkpoint kept
-    t_sync = time.perf_counter()
-    if sleeps:
-        c.engine.wake_up()
-    c.engine.sync_weights(c.engine_view())  # FSDP + HF: the generation copy, refreshed
-    update_seconds, sync_seconds = t_sync - t_upd, time.perf_counter() - t_sync
+    with timer("update"):
+        if sleeps:
+            c.engine.sleep(1)
+        upd = ppo_update(
+            c.train_model, c.optimizer, c.scheduler, batch, adv[rows], c.ppo_cfg,
+            temperature=s.temperature, mini_batches=cfg.rl.mini_batches, ppo_epochs=cfg.rl.ppo_epochs,
+            grad_clip=cfg.optim.grad_clip, rng=c.update_rng, modulation=c.modulation_cfg,
+            ref_model=c.ref_model, row_weights=prompt_w[group_index][rows],
+            shard=RowShard(world, int(counts.sum()), rows.start, rows.stop),
+        )
+        check_finite(step, c.model, upd.row_loss, upd.stats)  # NaN/inf: stop; last checkpoint kept
+    with timer("sync"):
+        if sleeps:
+            c.engine.wake_up()
+        c.engine.sync_weights(c.engine_view())  # FSDP + HF: the generation copy, refreshed
     comm_update = world.clock.take()
-    update_seconds -= comm_update  # the update's explicit collectives count as comm_seconds
+    update_seconds = timer["update"] - comm_update  # the update's explicit collectives count as comm
 
     # 5. feedback: per-prompt losses (mean over the prompt's rollouts) to allocator and weighter
     q = len(ids)
     row_loss = upd.row_loss if cfg.rl.prompt_loss_kl or upd.row_kl is None else upd.row_loss - upd.row_kl
     my_loss = np.bincount(batch.group_index, weights=row_loss, minlength=len(my_idx))
     phases = {"generate": generate_seconds, "old_logprob": old_lp_seconds, "update": update_seconds,
-              "comm": comm_update, "sync": sync_seconds, "wait": wait_seconds,
-              "cpu": time.process_time() - cpu_step}
+              "comm": comm_update, "sync": timer["sync"], "wait": timer["wait"],
+              "cpu": timer.process_seconds()}
     # the per-prompt losses, and every rank's phase split riding along (rank-indexed lists in
     # rank 0's row; a rank's listed comm excludes this last gather, the row's includes it)
     n_ph = len(phases)
@@ -248,13 +243,11 @@ def train_step(cfg: TrainConfig, c: Components, step: int, world: World = World(
     by_rank = [g[-n_ph:] for g in gathered]
     comm_seconds = comm_update + world.clock.take()
     succ = np.bincount(group_index, weights=correct.astype(float), minlength=q)
-    t_obs = time.perf_counter()
-    c.allocator.observe(ids, counts, rewards, prompt_losses=prompt_loss)
-    alloc_seconds += time.perf_counter() - t_obs  # VIP's GP update lives in observe
+    with timer("allocator"):  # VIP's GP update lives in observe
+        c.allocator.observe(ids, counts, rewards, prompt_losses=prompt_loss)
     if c.prompt_weights is not None:
-        t_w = time.perf_counter()
-        c.prompt_weights.observe(ids, bins, prompt_loss)
-        weights_seconds += time.perf_counter() - t_w
+        with timer("prompt_weights"):
+            c.prompt_weights.observe(ids, bins, prompt_loss)
     c.observe_bins(ids, counts, correct)
     if c.sampler.epoch > epoch and hasattr(c.allocator, "end_epoch"):
         c.allocator.end_epoch()  # the sampler finished a pass over the pool (DynaMO's refresh)
@@ -270,16 +263,16 @@ def train_step(cfg: TrainConfig, c: Components, step: int, world: World = World(
         "zero_variance_frac": float(zero_var.mean()),
         "effective_rollout_frac": effective,
         "counts_hist": np.bincount(counts, minlength=cfg.rollout.upper + 1).tolist(),
-        "allocator_seconds": alloc_seconds,
-        "prompt_weights_seconds": weights_seconds,
+        "allocator_seconds": timer["allocator"],
+        "prompt_weights_seconds": timer["prompt_weights"],
         "generate_seconds": generate_seconds,
         "old_logprob_seconds": old_lp_seconds,
         "update_seconds": update_seconds,
-        "sync_seconds": sync_seconds,
+        "sync_seconds": timer["sync"],
         "comm_seconds": comm_seconds,
-        "wait_seconds": wait_seconds,
+        "wait_seconds": timer["wait"],
         **{f"rank_{k}_seconds": [float(r[i]) for r in by_rank] for i, k in enumerate(phases)},
-        "step_seconds": time.perf_counter() - t_step,
+        "step_seconds": timer.elapsed(),
         **({} if probe is None else probe.log_fields()),
         **{k: v for k, v in upd.stats.items()},
     }

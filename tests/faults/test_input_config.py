@@ -117,7 +117,7 @@ def test_duplicate_seeds_as_a_notebook_parameter_touch_nothing(tmp_path):
 
 
 def test_select_arms_refuses_duplicates_and_keeps_distinct_seeds():
-    from replication.orchestration.arms import select_arms
+    from replication.arms import select_arms
 
     sec = {"profile": "default", "seeds": [0, 1], "arms": {"A": {}}}
     assert select_arms(sec, seeds=[3, 1])[1] == [3, 1]

@@ -6,7 +6,7 @@ import pytest
 
 from replication.analysis.gradient_variance import GradVarConfig
 from replication.config import ConfigError
-from replication.orchestration.arms import GRADVAR_DRAWS, gradvar_settings
+from replication.arms import GRADVAR_DRAWS, gradvar_settings
 
 
 def test_default_measures_30_sets_on_the_full_batch():
