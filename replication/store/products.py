@@ -11,11 +11,13 @@ manifest, a hand-edited ``summary.json`` was published by ``report`` as it was. 
   its own manifest (an export, a gradient-variance measurement), that ``MANIFEST.json`` only:
   the paper's manifest pins the nested manifests and they pin their files (no 20 MB rehash);
 - a reader (``read_summary``) verifies the manifest before it trusts ``summary.json`` or a table:
-  damage is one ``DamagedArtifact`` line naming the file. A product file the manifest does not
-  list is damage too, except under ``runs/``, where a stage stopped after exporting a run
-  legitimately leaves one (``verify_all`` verifies those on their own manifests);
-- ``seal_products`` seals a folder written before this manifest existed, once, after checking what
-  it can (module ``product_checks``); a folder that has a manifest is verified, never resealed.
+  damage is one ``DamagedArtifact`` line naming the file. It checks the products themselves, not
+  the nested manifests they pin (``verify`` checks those, and their files). A product file the
+  manifest does not list is damage too, except under ``runs/``, where a stage stopped after
+  exporting a run legitimately leaves one (``verify_all`` verifies those on their own manifests);
+- ``verify_all.seal_paper`` seals a folder written before this manifest existed, once, after
+  checking what it can (``product_checks``); a folder that has a manifest is verified, never
+  resealed.
 """
 
 from __future__ import annotations
@@ -26,7 +28,7 @@ import time
 from pathlib import Path
 
 from replication.store.atomic import write_atomic
-from replication.store.manifest import FORMAT, MANIFEST, DamagedArtifact, verify_manifest
+from replication.store.manifest import FORMAT, MANIFEST, DamagedArtifact, read_manifest, verify_manifest
 
 PAPER_KIND = "paper"
 SUMMARY = "summary.json"
@@ -84,12 +86,36 @@ def nested_folders(folder: Path, manifest: dict) -> list[Path]:
             if Path(rel).name == MANIFEST and Path(rel).parent != Path(".")]
 
 
-def verify_products(folder: str | Path) -> dict:
+def _own_files(folder: Path, manifest: dict) -> None:
+    """Each listed product file that is not a nested manifest: present, its size and SHA-256."""
+    for rel, want in sorted(manifest["files"].items()):
+        if Path(rel).name == MANIFEST:
+            continue
+        f = folder / rel
+        if not f.is_file():
+            raise DamagedArtifact(f"{f}: missing (listed in {folder / MANIFEST})")
+        got = _describe(f)
+        if got["size"] != want.get("size"):
+            raise DamagedArtifact(f"{f}: {got['size']} bytes, {folder / MANIFEST} says {want.get('size')} "
+                                  f"(damaged or changed)")
+        if got["sha256"] != want.get("sha256"):
+            raise DamagedArtifact(f"{f}: checksum differs from {folder / MANIFEST} (damaged or changed)")
+
+
+def verify_products(folder: str | Path, *, nested: bool = True) -> dict:
     """The paper manifest of ``folder`` once every listed file matches and no product file is
-    unlisted (``runs/`` aside); else ``DamagedArtifact`` naming the file. Nested folders are
-    pinned by their manifests' bytes here; ``verify_all`` verifies their files too."""
+    unlisted (``runs/`` aside); else ``DamagedArtifact`` naming the file. ``nested``: also the
+    bytes of the exports' and measurement's manifests it pins (``verify`` does; a reader of the
+    summary and tables needs only the products themselves). ``verify_all`` verifies the nested
+    folders' own files too."""
     folder = Path(folder)
-    manifest = verify_manifest(folder, kind=PAPER_KIND)
+    if nested:
+        manifest = verify_manifest(folder, kind=PAPER_KIND)
+    else:
+        manifest = read_manifest(folder)
+        if manifest.get("kind") != PAPER_KIND:
+            raise DamagedArtifact(f"{folder}: manifest of a {manifest.get('kind')!r}, expected {PAPER_KIND!r}")
+        _own_files(folder, manifest)
     listed = set(manifest["files"])
     for f in product_files(folder):
         rel = f.relative_to(folder).as_posix()
@@ -111,7 +137,7 @@ def read_summary(folder: str | Path, *, required: bool = True) -> tuple[dict, bo
 
     folder = Path(folder)
     if is_sealed(folder):
-        manifest = verify_products(folder)
+        manifest = verify_products(folder, nested=False)
         if SUMMARY not in manifest["files"]:
             raise DamagedArtifact(f"{folder / SUMMARY}: not in {folder / MANIFEST}")
         verified = True

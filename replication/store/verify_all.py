@@ -26,6 +26,7 @@ from replication.store.manifest import MANIFEST, DamagedArtifact, read_manifest,
 from replication.store.products import PAPER_KIND, RUNS, SUMMARY, nested_folders, verify_products
 
 MEASUREMENT_KIND = "gradient-variance"
+MEASUREMENT_FILES = ("gradient_variance.csv", "gradient_variance.json")
 BASE_KEY = "BASE_KEY"
 NOT_CHECKED = {"encoder": "a DVC-cached output: `dvc status encoder` checks it against DVC's cache",
                "summary.md": "a page the report stage renders from the summaries checked here"}
@@ -64,8 +65,8 @@ def _folder_kind(folder: Path) -> str | None:
         return "run"
     if (folder / SUMMARY).is_file():
         return "paper"
-    if (folder / "gradient_variance.csv").is_file():
-        return "measurement"
+    if {p.name for p in _entries(folder)} == set(MEASUREMENT_FILES):
+        return "measurement"  # without its manifest: damage
     if (folder / BASE_KEY).is_file() or ((folder / "config.json").is_file() and (folder / "model.safetensors").is_file()):
         return "base-model"
     if folder.name == "regime":
@@ -74,14 +75,16 @@ def _folder_kind(folder: Path) -> str | None:
 
 
 def _listing(path: Path) -> Path | None:
-    """The nearest folder above ``path`` whose manifest lists it."""
+    """The nearest folder above ``path`` whose manifest lists it (for a folder: a file in it)."""
+    path = path.absolute()
     for folder in path.parents:
         if (folder / MANIFEST).is_file():
             try:
                 files = read_manifest(folder)["files"]
             except DamagedArtifact:
                 return folder
-            if path.relative_to(folder).as_posix() in files:
+            rel = path.relative_to(folder).as_posix()
+            if rel in files or (path.is_dir() and any(f.startswith(rel + "/") for f in files)):
                 return folder
     return None
 
@@ -96,7 +99,7 @@ def classify(path: Path) -> list[Item]:
             return classify(path.parent)
         if path.name == SUMMARY:
             return [Item(path, "summary")]
-        if _listing(path.absolute()) is not None:
+        if _listing(path) is not None:
             return [Item(path, "listed")]
         if path.name in NOT_CHECKED:
             return [Item(path, "not-checked")]
@@ -111,6 +114,8 @@ def classify(path: Path) -> list[Item]:
     runs = run_folders(path)
     if runs:
         return [Item(r, "run") for r in runs]
+    if _listing(path) is not None:  # a paper's tables/ or figures/
+        return [Item(path, "listed")]
     items = []
     for child in _entries(path):  # results/ itself: each thing the pipeline writes into it
         if child.name in NOT_CHECKED:
@@ -196,10 +201,14 @@ def _summary(path: Path) -> str:
 
 
 def _listed(path: Path) -> str:
-    folder = _listing(path.absolute())
-    rel = path.absolute().relative_to(folder)
-    folder = path.parents[len(rel.parts) - 1]
-    m = verify_products(folder) if read_manifest(folder).get("kind") == PAPER_KIND else verify_manifest(folder)
+    """A file or sub-folder some manifest lists: that whole manifest verified (it is one artifact)."""
+    from replication.store.run_evidence import verify_run
+
+    rel = path.absolute().relative_to(_listing(path))
+    folder = path.parents[len(rel.parts) - 1]  # as the user typed it
+    kind = read_manifest(folder).get("kind")
+    m = (verify_products(folder) if kind == PAPER_KIND else verify_run(folder) if kind in ("run", "export")
+         else verify_manifest(folder))
     return f"{path}: verified with the {len(m['files'])} files {folder / MANIFEST} lists (size and SHA-256)"
 
 

@@ -39,6 +39,10 @@ def test_published_stage_swaps_in_its_products_and_keeps_the_runs(tmp_path):
     assert (vip / "tables" / "heldout.csv").read_text() == "new table"
     assert (vip / "runs" / "RLOO" / "s0" / "metrics.json").exists() and (vip / "runs" / "new-run.json").exists()
     assert (vip / "vip.ipynb").read_text().startswith("{")  # the executed notebook came along
+    from replication.store.products import verify_products  # sealed as it was swapped in (issue 34.4)
+
+    assert "tables/heldout.csv" in verify_products(vip)["files"]
+    assert f"sealed by {vip.relative_to(proj) / 'MANIFEST.json'}" in r.stdout
     assert not list((proj / "results").glob(".vip.stage-*")) and not list(vip.glob(".*.old-*"))
     status = subprocess.run(["git", "status", "--porcelain", "--", "workspace"], cwd=proj,
                             capture_output=True, text=True).stdout
