@@ -99,6 +99,9 @@ def _summary(folder: Path, paper: str, profile: str) -> None:
            "diff": 0.1, "ci_low": 0.0, "ci_high": 0.2, "p_value": 0.04, "n": 3, "mde": 0.1}
     (folder / paper / "summary.json").write_text(json.dumps({"profile": profile, "seeds": [0, 1, 2],
                                                             "comparisons": [row]}))
+    from replication.store.products import write_products_manifest
+
+    write_products_manifest(folder / paper, extra={"paper": paper})  # sealed, as its stage seals it
 
 
 def test_readme_refuses_results_of_another_profile(tmp_path, monkeypatch, capsys):
