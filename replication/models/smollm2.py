@@ -51,14 +51,15 @@ class SmolLM2Config:
 
 
 def default_cache_dir() -> Path:
-    """``$REPLICATION_CACHE_DIR``, else ``<repo>/cache`` in a source checkout, else
+    """``$REPLICATION_CACHE_DIR``, else ``<repo>/.cache`` in a source checkout (the folder the
+    ``smollm2`` profile's ``model.path`` names, so the tests' conversion is the profile's), else
     ``~/.cache/replication`` (an installed package must not write into site-packages)."""
     env = os.environ.get("REPLICATION_CACHE_DIR")
     if env:
         return Path(env).expanduser()
     repo = Path(__file__).resolve().parents[2]
     if (repo / "pyproject.toml").exists():
-        return repo / "cache"
+        return repo / ".cache"
     return Path.home() / ".cache" / "replication"
 
 

@@ -105,11 +105,13 @@ def run_grid(
 # ----------------------------------------------------------------------------- params.yaml
 
 
-def load_section(section: str, params_file: str | Path = "params.yaml") -> dict[str, Any]:
+def load_section(section: str, params_file: str | Path | None = None) -> dict[str, Any]:
     """The section, validated first (replication.stage_params): a bad params.yaml stops here,
-    before any output is touched."""
+    before any output is touched. ``params_file`` None: the repository's (replication.paths)."""
+    from replication.paths import params_path
     from replication.stage_params import load_params, validate_section
 
+    params_file = params_path(params_file)
     params = load_params(params_file)
     validate_section(params, section, params_file)
     sec = dict(params[section])
@@ -118,7 +120,7 @@ def load_section(section: str, params_file: str | Path = "params.yaml") -> dict[
     return sec
 
 
-def run_paper(section: str, params_file: str | Path = "params.yaml", out_root: str | Path | None = None,
+def run_paper(section: str, params_file: str | Path | None = None, out_root: str | Path | None = None,
               workers: int | None = None, *, profile: str | None = None, overrides: dict | None = None,
               seeds: list[int] | None = None, arms: list[str] | None = None,
               steps: int | None = None, notebook_params: dict | None = None) -> PaperRun:
@@ -132,8 +134,10 @@ def run_paper(section: str, params_file: str | Path = "params.yaml", out_root: s
     (a second writer on the same folder gets one line naming the holder), unless a DVC stage holds
     it for us (orchestration.stage), which also sends the products to its temporary folder."""
     from replication.orchestration.workspace import RESULTS, claim_output, paper_place
+    from replication.paths import params_path
     from replication.stage_params import load_params, notebook_value
 
+    params_file = params_path(params_file)
     sec = load_section(section, params_file)
     overrides = notebook_value("overrides", overrides, dict)
     seeds = notebook_value("seeds", seeds, list)
