@@ -26,7 +26,7 @@ import numpy as np
 import pandas as pd
 
 from replication.report import prose_gdro, prose_regime  # noqa: F401  (register their blocks)
-from replication.report.prose_registry import GENERATORS, PAPERS, _p, _pts, _summary, block  # noqa: F401
+from replication.report.prose_registry import GENERATORS, PAPERS, _p, _pts, _summary, block, paper_folder, paper_table  # noqa: F401
 from replication.report.stats import MINUS
 from replication.store import write_atomic
 
@@ -62,7 +62,7 @@ def baseline_gains(root: Path) -> str:
     for paper, label in PAPERS.items():
         s = _summary(root, paper)
         for base in dict.fromkeys(c["baseline"] for c in s["comparisons"]):
-            seeds = [d for d in sorted((root / "results" / paper / "runs" / _slug(base)).glob("s*"))]
+            seeds = [d for d in sorted((paper_folder(root, paper) / "runs" / _slug(base)).glob("s*"))]
             ev = load_eval(pd.DataFrame({"arm": base, "seed": [int(d.name[1:]) for d in seeds],
                                          "dir": [str(d) for d in seeds]}))
             parts = []
@@ -75,7 +75,7 @@ def baseline_gains(root: Path) -> str:
 
 
 def _final_ratios(root: Path, paper: str) -> pd.DataFrame:
-    gv = pd.read_csv(root / "results" / paper / "tables" / "gradient_variance.csv")
+    gv = pd.read_csv(paper_table(root, paper, "gradient_variance.csv"))
     last = gv[gv["step"] == gv["step"].max()]
     return last.set_index("method")
 
@@ -99,7 +99,7 @@ def gradient_variance(root: Path) -> str:
 def predictor(root: Path) -> str:
     """VIP's next-step prediction MAE of the success probability, by predictor and subset (mean
     over the reported RLOO seeds), and the GP − moving-average difference with its CI over seeds."""
-    tables = root / "results" / "vip" / "tables"
+    tables = paper_folder(root, "vip") / "tables"
     ps = pd.read_csv(tables / "predictor_study.csv")
     piv = ps.pivot_table(index="predictor", columns="subset", values="mae")
     cnt = ps.groupby("subset")["count"].first()
@@ -125,14 +125,14 @@ def vip_upper_bound(root: Path) -> str:
     baseline, read by the fixed rule of conclusions.upper_bound_conclusion."""
     from replication.report.conclusions import upper_bound_conclusion
 
-    cmp = pd.read_csv(root / "results" / "vip" / "tables" / "comparisons.csv")
+    cmp = pd.read_csv(paper_table(root, "vip", "comparisons.csv"))
     return upper_bound_conclusion(cmp) or "The upper-bound arm did not run."
 
 
 @block("rollout-gdro-signal")
 def rollout_gdro_signal(root: Path) -> str:
     """Rollout-GDRO's replay: does its loss give the bandits a signal?"""
-    t = pd.read_csv(root / "results" / "gdro" / "tables" / "rollout_gdro_signal.csv")
+    t = pd.read_csv(paper_table(root, "gdro", "rollout_gdro_signal.csv"))
     lines = []
     for r in t.itertuples():
         lines.append(f"- {r.arm} ({int(r.runs)} runs): replaying the records reproduces the run's plans on "

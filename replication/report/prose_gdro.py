@@ -10,12 +10,12 @@ from pathlib import Path
 
 import pandas as pd
 
-from replication.report.prose_registry import _p, _pts, _summary, block
+from replication.report.prose_registry import _p, _pts, _summary, block, paper_table
 
 
 @block("gdro-weight-signal")
 def gdro_weight_signal(root: Path) -> str:
-    t = pd.read_csv(root / "results" / "gdro" / "tables" / "prompt_gdro_weight_signal.csv")
+    t = pd.read_csv(paper_table(root, "gdro", "prompt_gdro_weight_signal.csv"))
     cmp = {c["arm"]: c for c in _summary(root, "gdro")["comparisons"] if c["metric"] == "average mean@8"}
     lines = ["| arm | runs | steps with every weight 0 (mean, min–max over runs) | longest such stretch | ℓ exactly 0 | ℓ > 0 | "
              "median spread of debiased bin means | median per-step max/min weight | steps with max/min ≥ 1.2 | "

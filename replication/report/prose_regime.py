@@ -19,7 +19,7 @@ from pathlib import Path
 import pandas as pd
 import yaml
 
-from replication.report.prose_registry import PAPERS, _pts, _summary, block
+from replication.report.prose_registry import PAPERS, _pts, _summary, block, paper_folder, paper_table
 from replication.report.stats import mean_ci
 
 GP_STUDY = Path("results/regime/gp_settings_seed100.json")
@@ -33,7 +33,7 @@ def regime_targets(root: Path) -> str:
     """Every paper's regime diagnostics (tables/diagnostics.csv) and the MDE of each headline comparison."""
     lines = ["| paper | target (issue 10) | arm | measured | target | pass |", "|---|---|---|---|---|---|"]
     for paper, label in PAPERS.items():
-        d = pd.read_csv(root / "results" / paper / "tables" / "diagnostics.csv", keep_default_na=False)
+        d = pd.read_csv(paper_table(root, paper, "diagnostics.csv"), keep_default_na=False)
         for r in d.to_dict("records"):  # by name: itertuples renames the keyword column "pass"
             lines.append(f"| {label} | {r['diagnostic']} | {r['arm']} | {r['value']} | {r['target']} | {r['pass'] or '—'} |")
         for c in _summary(root, paper)["comparisons"]:
@@ -209,7 +209,7 @@ def rerun_time(root: Path) -> str:
              "notebook's last execution | runs exported during it |", "|:--|--:|:--|--:|:--|--:|"]
     digests, commits, firsts, lasts, n_total = set(), set(), [], [], 0
     for paper, label in PAPERS.items():
-        manifests = sorted((root / "results" / paper / "runs").glob("*/s*/MANIFEST.json"))
+        manifests = sorted((paper_folder(root, paper) / "runs").glob("*/s*/MANIFEST.json"))
         created = [pd.Timestamp(json.loads(m.read_text())["created"]) for m in manifests]
         metrics = [json.loads((m.parent / "metrics.json").read_text()) for m in manifests]
         walls = [float(d["wall_seconds"]) for d in metrics]
@@ -217,7 +217,7 @@ def rerun_time(root: Path) -> str:
             p = d["provenance"]
             digests.add(p["code_digest"])
             commits.add(p["commit"][:7] + (" (dirty)" if p.get("dirty") else ""))
-        pm = json.loads((root / "results" / paper / f"{paper}.ipynb").read_text())["metadata"]["papermill"]
+        pm = json.loads((paper_folder(root, paper) / f"{paper}.ipynb").read_text())["metadata"]["papermill"]
         start, end = pd.Timestamp(pm["start_time"]), pd.Timestamp(pm["end_time"])
         during = sum(start <= c <= end for c in created)
         firsts.append(min(created))

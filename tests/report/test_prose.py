@@ -7,6 +7,8 @@ from pathlib import Path
 
 import pytest
 
+from replication.store.products import write_products_manifest
+
 from replication.report import prose
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -35,6 +37,8 @@ def test_a_changed_result_makes_its_block_stale_and_refresh_mends_it(tmp_path):
     row = next(c for c in data["comparisons"] if c["arm"] == "RLOO+VIP" and c["metric"] == "average mean@8")
     row["diff"] = -0.0615  # whatever the committed value, the block must follow it
     summary.write_text(json.dumps(data))
+    for paper in ("vip", "dynamo", "gdro"):  # as a stage seals what it swapped in (prose verifies it)
+        write_products_manifest(tmp_path / "results" / paper)
     assert prose.stale(tmp_path, files=("README.md",)) == ["README.md: headline"]
     assert prose.refresh(tmp_path, files=("README.md",)) == ["README.md"]
     assert "RLOO+VIP vs RLOO \u22126.2 pts" in (tmp_path / "README.md").read_text()
@@ -56,11 +60,13 @@ def test_predictor_block_gives_the_paired_difference_over_seeds(tmp_path):
     import pandas as pd
 
     pd.DataFrame(rows).to_csv(tables / "predictor_study.csv", index=False)
+    write_products_manifest(tables.parent)
     block = prose.GENERATORS["predictor"](tmp_path)
     assert "| gp | 0.160 | 0.251 |" in block and "paired" not in block  # no paired table: the MAEs alone
     pd.DataFrame([{"subset": "seen", "diff": -0.0011, "lo": -0.003, "hi": 0.0008, "n": 10},
                   {"subset": "unseen", "diff": -0.05, "lo": -0.055, "hi": -0.045, "n": 10}]).to_csv(
         tables / "predictor_vs_reference.csv", index=False)
+    write_products_manifest(tables.parent)
     block = prose.GENERATORS["predictor"](tmp_path)
     assert "paired over 10 seeds (mean [95 % CI]): seen −0.0011 [−0.0030, +0.0008]; unseen −0.0500" in block
 
@@ -74,8 +80,10 @@ def test_vip_upper_bound_block_reads_the_comparisons(tmp_path):
              "significant_holm": False, "mde": 0.007, "text": f"{d:+.3f}"} for a, d in
             (("RLOO+VIP", -0.002), ("RLOO+VIP-oracle", 0.001))]
     pd.DataFrame(rows).to_csv(tables / "comparisons.csv", index=False)
+    write_products_manifest(tables.parent)
     assert "allocation moves the result by less than about 0.7 pts" in prose.GENERATORS["vip-upper-bound"](tmp_path)
     pd.DataFrame(rows[:1]).to_csv(tables / "comparisons.csv", index=False)
+    write_products_manifest(tables.parent)
     assert prose.GENERATORS["vip-upper-bound"](tmp_path) == "The upper-bound arm did not run."
 
 

@@ -155,6 +155,9 @@ def _exported(root: Path, paper: str, created: list[str], walls: list[float], nb
             "code_digest": "d1g3st", "commit": commit, "dirty": i == 0}}))
     (root / "results" / paper / f"{paper}.ipynb").write_text(json.dumps(
         {"metadata": {"papermill": {"start_time": nb[0], "end_time": nb[1]}}, "cells": []}))
+    from replication.store.products import write_products_manifest
+
+    write_products_manifest(root / "results" / paper)  # as its stage seals it: prose verifies it first
 
 
 def test_rerun_time_is_read_from_the_exports_and_the_notebooks(tmp_path):
