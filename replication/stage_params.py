@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from replication.config import ConfigError, available_profiles, load_profile, load_yaml_file
+from replication.config.profiles import is_profile_file
 
 RESULTS = Path("results")
 """Where the published default's outputs live (only profile ``PUBLISHED_PROFILE`` writes there)."""
@@ -38,11 +39,46 @@ def load_params(params_file: str | Path | None = None) -> dict[str, Any]:
     return params
 
 
-def _check_top(params: dict, path: Path) -> str:
+BUILTIN_PROFILE_DIR = "replication/profiles"
+"""params.yaml's ``profile_dir`` for the built-in profiles."""
+
+
+def profile_spec(params: dict, path: str | Path = "params.yaml") -> str:
+    """What ``load_profile`` takes for params.yaml's profile: the name of a built-in profile, or
+    ``<profile_dir>/<profile>.yaml`` for a profile file of the user's.
+
+    A profile file is written split in params.yaml, ``profile: my`` and ``profile_dir: configs``
+    (``dvc exp run -S profile=my -S profile_dir=configs``), because DVC interpolates
+    ``workspace/${profile}/...`` verbatim into the stages' outputs and has no function to take a
+    path's stem: split, the name DVC sees is the file's stem by construction (nothing to keep in
+    step by hand), the trial folder is ``workspace/<stem>/``, and ``${profile_dir}`` is a DVC
+    dependency of the stages. ``profile: configs/my.yaml`` is refused with the split to write."""
     profile = params.get("profile", "default")
-    if not isinstance(profile, str) or profile not in available_profiles():
-        raise ConfigError(f"{path}: profile: unknown profile {profile!r}; available: {available_profiles()}")
-    load_profile(profile)  # the profile itself validates (YAML syntax, keys, ranges)
+    folder = params.get("profile_dir") or BUILTIN_PROFILE_DIR
+    if not isinstance(profile, str) or not profile:
+        raise ConfigError(f"{path}: profile: expected a profile name, got {profile!r}")
+    if not isinstance(folder, str):
+        raise ConfigError(f"{path}: profile_dir: expected a folder, got {folder!r}")
+    if is_profile_file(profile):
+        stem, parent = Path(profile).stem, Path(profile).parent.as_posix()
+        raise ConfigError(f"{path}: profile: {profile!r} is a file path; DVC names the trial folder "
+                          f"workspace/${{profile}}, so write it split: `profile: {stem}` and `profile_dir: "
+                          f"{parent}` (dvc exp run -S profile={stem} -S profile_dir={parent})")
+    if Path(folder).as_posix().rstrip("/") == BUILTIN_PROFILE_DIR:
+        if profile not in available_profiles():
+            raise ConfigError(f"{path}: profile: unknown profile {profile!r}; available: {available_profiles()} "
+                              f"(or a file of yours: `profile: <stem>` and `profile_dir: <its folder>`)")
+        return profile
+    file = Path(folder) / f"{profile}.yaml"
+    if not file.is_file():
+        raise ConfigError(f"{path}: profile: no profile file {file} (profile_dir {folder!r}, profile {profile!r})")
+    return file.as_posix()
+
+
+def _check_top(params: dict, path: Path) -> str:
+    """The profile as ``load_profile`` takes it (see ``profile_spec``), validated."""
+    profile = profile_spec(params, path)
+    load_profile(profile)  # the profile itself validates (YAML syntax, keys, ranges, a file's stem)
     workers = params.get("workers", 2)
     if isinstance(workers, bool) or not isinstance(workers, int) or workers < 1:
         raise ConfigError(f"{path}: workers: must be an integer >= 1, got {workers!r}")

@@ -47,6 +47,11 @@ def is_profile_file(name: str) -> bool:
     return isinstance(name, str) and (name.endswith((".yaml", ".yml")) or os.sep in name or "/" in name)
 
 
+def profile_name(name: str) -> str:
+    """The name a profile goes by (a trial's workspace folder): a built-in's name, a file's stem."""
+    return Path(name).stem if is_profile_file(name) else name
+
+
 def _profile_path(name: str, relative_to: Path | None = None) -> tuple[Path, str]:
     """(file, profile name) of a built-in name or a profile file."""
     if not is_profile_file(name):

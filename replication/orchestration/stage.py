@@ -32,9 +32,10 @@ from pathlib import Path
 from typing import Callable
 
 from replication.config import ConfigError, load_profile
+from replication.config.profiles import is_profile_file
 from replication.orchestration.workspace import (LOCK_ENV, PRODUCTS_ENV, PUBLISHED_PROFILE, RESULTS, WORKSPACE,
                                                  committed_params, stage_marker)
-from replication.stage_params import PAPER_STAGES, STAGES, load_params, validate_stage
+from replication.stage_params import PAPER_STAGES, STAGES, load_params, profile_spec, validate_stage
 from replication.store.lock import is_lock_file
 from replication.store.manifest import MANIFEST
 
@@ -49,8 +50,12 @@ TRIAL_NAME = {"base": "base-model", "report": "summary.md", **{p: p for p in PAP
 
 
 def destination(stage: str, params_file: str | Path, params: dict) -> tuple[Path, bool]:
-    """(where the stage writes, whether that is the published place)."""
-    profile = params.get("profile", PUBLISHED_PROFILE)
+    """(where the stage writes, whether that is the published place). A profile file of the
+    user's (params.yaml ``profile`` + ``profile_dir``) writes ``workspace/<its stem>/``, what
+    dvc.yaml declares as ``workspace/${profile}/...``."""
+    from replication.config.profiles import profile_name
+
+    profile = profile_name(profile_spec(params, params_file))
     if profile != PUBLISHED_PROFILE:
         return WORKSPACE / profile / TRIAL_NAME[stage], False
     if stage in PAPER_STAGES:
@@ -75,6 +80,26 @@ def _write_marker(stage: str) -> None:
     if not path.exists() or path.read_text() != text:
         path.parent.mkdir(parents=True, exist_ok=True)
         write_atomic(path, text)
+    if stage in PAPER_STAGES:
+        _paper_stand_ins(path.parent, stage)
+
+
+def _paper_stand_ins(folder: Path, paper: str) -> None:
+    """dvc.yaml declares a paper's trial summary (metrics) and manifest apart from each other
+    (``workspace/${profile}/<paper>/summary.json`` and ``MANIFEST.json``): split, so that
+    ``dvc exp show`` of a trial shows the trial's numbers. For the default profile they are
+    stand-ins: an empty summary (its metrics are results/<paper>/summary.json) and a manifest over
+    this folder, rewritten only when it no longer verifies (its timestamp would churn git)."""
+    from replication.store import DamagedArtifact, write_atomic
+    from replication.store.products import SUMMARY, verify_products, write_products_manifest
+
+    summary = folder / SUMMARY
+    if not summary.is_file() or summary.read_text() != "{}\n":
+        write_atomic(summary, "{}\n")
+    try:
+        verify_products(folder, nested=False)
+    except DamagedArtifact:
+        write_products_manifest(folder, extra={"paper": paper, "stand_in_for": str(PUBLISHED[paper])})
 
 
 def run_stage(stage: str, params_file: str | Path = "params.yaml") -> int:
@@ -86,19 +111,20 @@ def run_stage(stage: str, params_file: str | Path = "params.yaml") -> int:
     print(validate_stage(params_file, stage), flush=True)
     params = load_params(params_file)
     dest, published = destination(stage, params_file, params)
+    spec = profile_spec(params, params_file)
     print(f"stage {stage}: writing {dest}" + (" (published default)" if published else
-          f" (profile {params.get('profile')}: a trial; results/ is not touched)"), flush=True)
+          f" (profile {spec}: a trial; results/ is not touched)"), flush=True)
     from replication.store import writer_lock
 
     with writer_lock(dest, what=f"stage {stage}"):
         if published:
             _write_marker(stage)
         if stage in PAPER_STAGES:
-            return _paper_stage(stage, params_file, dest)
+            return _paper_stage(stage, params_file, dest, spec)
         _die_with_launcher(stage)  # the base stage's SFT subprocess must not outlive dvc either
         if stage == "report":
             return _report_stage(dest, published)
-        return _base_stage(params.get("profile", PUBLISHED_PROFILE), dest, published)
+        return _base_stage(spec, dest, published)
 
 
 # ----------------------------------------------------------------------------- base, report
@@ -120,6 +146,9 @@ def _die_with_launcher(stage: str) -> None:
 
 
 def _base_stage(profile: str, dest: Path, published: bool) -> int:
+    """``profile``: a built-in name or a profile file's path (load_profile takes both)."""
+    from replication.config.profiles import profile_name
+
     from replication.orchestration.base_model import KEY_FILE, base_key, ensure_base_model
 
     if published:
@@ -134,7 +163,7 @@ def _base_stage(profile: str, dest: Path, published: bool) -> int:
     key = base_key(profile)
     have = (model / KEY_FILE).read_text().strip() if (model / KEY_FILE).exists() else "none"
     same = "the same warm start" if have == key else f"not rebuilt for this profile (its key {key}, the model's {have})"
-    note = (f"# workspace/{profile}/base-model\n\nProfile {profile} trains from the published base model "
+    note = (f"# workspace/{profile_name(profile)}/base-model\n\nProfile {profile} trains from the published base model "
             f"`{model}` (its `model.path`): {same}. Only the default profile writes results/base-model.\n")
     from replication.store import write_atomic
 
@@ -217,7 +246,9 @@ class _Stopped(Exception):
         self.signum = signum
 
 
-def _paper_stage(paper: str, params_file: str | Path, dest: Path) -> int:
+def _paper_stage(paper: str, params_file: str | Path, dest: Path, spec: str | None = None) -> int:
+    """``spec``: the profile as load_profile takes it; a profile file's path is passed to the
+    notebook as its ``profile`` parameter (params.yaml's ``profile`` is then only its stem)."""
     from replication.interrupts import kill_tree, spawn_bound, watch_launcher
 
     _recover(dest)
@@ -230,6 +261,8 @@ def _paper_stage(paper: str, params_file: str | Path, dest: Path) -> int:
     cmd = [sys.executable, "-m", "papermill", f"notebooks/{paper}.ipynb", str(executed), "-k", "python3",
            "--cwd", ".", "-p", "section", paper, "-p", "params_file", str(params_file),
            "-p", "out_root", str(dest.parent), "--log-output", "--log-level", "INFO"]
+    if spec is not None and is_profile_file(spec):
+        cmd += ["-p", "profile", spec]
     env = {**os.environ, PRODUCTS_ENV: str(staging.resolve()), LOCK_ENV: str(dest.resolve())}
     proc = spawn_bound(cmd, env=env)  # before any thread starts (see spawn_bound)
     swapping = threading.Lock()

@@ -3,7 +3,8 @@ git-ignored folder under workspace/ (issue 18, "trying things never touches the 
 
 results/ holds what the README and docs/ quote, so only one configuration may write it: profile
 ``default`` with params.yaml's sections as committed and no notebook parameter set. Anything else
-is a trial and writes ``workspace/<name>/<paper>/``, where <name> is the profile alone when only the
+is a trial and writes ``workspace/<name>/<paper>/``, where <name> is the profile's name (a profile
+file's stem, params.yaml's ``profile`` with ``profile_dir``) alone when only the
 profile differs (what ``dvc exp run -S profile=quick`` gives, and what the DVC stages declare as
 ``workspace/${profile}/<paper>``) and ``<profile>-<8 hex>`` when notebook parameters or an edited
 section differ too (the hash of exactly those differences, so the same trial lands in the same
@@ -85,7 +86,10 @@ def paper_place(section: str, params_file: str | Path, params: dict, *, profile:
     """Decide where ``section``'s outputs go. ``params``: the loaded params file; ``profile``: a
     profile chosen outside it (notebook parameter); ``notebook``: the other notebook parameters
     (None or empty = not set)."""
-    chosen = profile or params.get("profile", PUBLISHED_PROFILE)
+    from replication.config.profiles import profile_name
+    from replication.stage_params import profile_spec
+
+    chosen = profile or profile_spec(params, params_file)  # a name, or a profile file named by its stem
     differs: dict[str, Any] = {}
     if chosen != PUBLISHED_PROFILE:
         differs["profile"] = chosen
@@ -97,7 +101,7 @@ def paper_place(section: str, params_file: str | Path, params: dict, *, profile:
             differs[key] = value
     if not differs:
         return Place(RESULTS, True, {})
-    name = chosen
+    name = profile_name(chosen)  # workspace/<stem>/, never a path with slashes
     extra = {k: v for k, v in differs.items() if k != "profile"}
     if extra:
         if committed is not None and f"params.yaml {section}" in extra:
@@ -140,10 +144,18 @@ def claim_output(section: str, place: Place, out_root: str | Path | None = None)
 
 def stage_marker(stage: str, name: str, dest: str) -> str:
     """Text of ``workspace/default/<name>`` (committed): DVC declares every stage's per-profile
-    output ``workspace/${profile}/<name>``; for the default profile that path only says where
+    output under ``workspace/${profile}/``; for the default profile those paths only say where
     the published outputs are."""
+    if stage in ("base", "report"):
+        declared = f"`workspace/${{profile}}/{name}`"
+        stands = "this\nfile stands in for it. "
+    else:  # a paper: its summary is a metrics output of its own (DVC forbids overlapping outputs)
+        declared = (f"`workspace/${{profile}}/{name}/MANIFEST.json` and, as metrics,\n"
+                    f"`workspace/${{profile}}/{name}/summary.json`")
+        stands = ("the two files\nbeside this one stand in for them (an empty summary: the published "
+                  f"metrics are `{dest}summary.json`).\n")
     return (f"# workspace/default/{name}\n\n"
             f"The default profile publishes the `{stage}` stage into `{dest}` (committed). DVC declares\n"
-            f"the stage's trial output as `workspace/${{profile}}/{name}`; for the default profile this\n"
-            f"file stands in for it. Trials (other profiles, notebooks with other parameters) write\n"
+            f"the stage's trial output as {declared}; for the default profile {stands}"
+            f"Trials (other profiles, notebooks with other parameters) write\n"
             f"`workspace/<profile>[-<hash>]/` instead; see README, \"Trying things\".\n")
