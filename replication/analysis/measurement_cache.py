@@ -41,10 +41,10 @@ from replication.code_digest import PACKAGE, code_digest
 from replication.config import TrainConfig, to_dict
 from replication.store import MANIFEST, DamagedArtifact, staged_dir, verify_manifest, writer_lock
 from replication.store.manifest import read_manifest
+from replication.store.run_key import DIGESTS
 
 FILES = ("gradient_variance.csv", "gradient_variance.json")
 """What a measurement folder holds (besides its manifest)."""
-MODEL_SUFFIXES = (".json", ".safetensors", ".bin", ".model", ".txt")
 
 
 def measurement_key(cfg: TrainConfig, gv: GradVarConfig, package: str | Path | None = None) -> str:
@@ -58,12 +58,9 @@ def measurement_key(cfg: TrainConfig, gv: GradVarConfig, package: str | Path | N
     h.update(json.dumps({"cfg": to_dict(cfg), "gv": dataclasses.asdict(gv), "training_code": training_code(pkg),
                          "measurement_code": code_digest(pkg, include=("analysis",))},
                         sort_keys=True, default=str).encode())
-    model_dir = Path(cfg.model.path)
-    if model_dir.is_dir():
-        for f in sorted(model_dir.iterdir()):
-            if f.is_file() and f.suffix in MODEL_SUFFIXES:
-                h.update(f.name.encode())
-                h.update(f.read_bytes())
+    # the model's content as the run key sees it (store.run_key: reports and manifests beside the
+    # weights are not the model)
+    h.update(DIGESTS(cfg.model.path).encode())
     return h.hexdigest()[:16]
 
 

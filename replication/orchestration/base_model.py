@@ -24,7 +24,7 @@ from pathlib import Path
 
 from replication.code_digest import code_digest
 from replication.config import load_profile, to_dict
-from replication.store import write_atomic
+from replication.store import MANIFEST, verify_manifest, write_atomic, write_manifest
 
 KEY_FILE = "BASE_KEY"
 PACKAGE = Path(__file__).resolve().parents[1]
@@ -43,18 +43,38 @@ def base_key(profile: str) -> str:
     return hashlib.sha256(json.dumps(inputs, sort_keys=True, default=str).encode()).hexdigest()[:20]
 
 
+MANIFEST_KIND = "base-model"
+"""The manifest kind of a base model folder: its files (weights, config, tokenizer, report and
+``BASE_KEY``) with sizes and SHA-256, the key in ``extra``, written last by the base stage."""
+
+
+def seal_base_model(out: Path, key: str) -> None:
+    """Check a base model folder written before manifests (its JSON files parse, its weights are
+    whole: ``store.verify_all``) and write its manifest; a damaged folder is refused."""
+    from replication.store.verify_all import check_base_model_files
+
+    check_base_model_files(out)
+    write_manifest(out, kind=MANIFEST_KIND, extra={"key": key})
+
+
 def ensure_base_model(profile: str, out: str | Path) -> str:
-    """Reuse ``out`` when its ``BASE_KEY`` matches the profile's key, else build it."""
+    """Reuse ``out`` when its ``BASE_KEY`` matches the profile's key and its manifest verifies,
+    else build it; the manifest is written last, over the model and its key."""
     out = Path(out)
     key = base_key(profile)
     marker = out / KEY_FILE
     if marker.exists() and marker.read_text().strip() == key:
+        if not (out / MANIFEST).exists():  # a folder from before manifests: checked, then sealed
+            seal_base_model(out, key)
+            return f"base model in {out} is current for profile {profile} (key {key}); sealed, not rebuilt"
+        verify_manifest(out, kind=MANIFEST_KIND)  # committed evidence: damage stops here, named
         return f"base model in {out} is current for profile {profile} (key {key}); not rebuilt"
-    if marker.exists():
-        marker.unlink()  # the folder is about to change: never leave a stale key beside it
+    for stale in (marker, out / MANIFEST):  # the folder is about to change: never leave a stale key
+        stale.unlink(missing_ok=True)
     subprocess.run([sys.executable, "-m", "replication", "prepare-model", "--profile", profile, "--out", str(out)],
                    check=True)
     write_atomic(marker, key + "\n")
+    write_manifest(out, kind=MANIFEST_KIND, extra={"key": key})
     return f"base model built in {out} for profile {profile} (key {key})"
 
 

@@ -32,7 +32,7 @@ from pathlib import Path
 from replication.code_digest import NOT_TRAINING, training_code_digest  # noqa: F401 (tests read NOT_TRAINING here)
 from replication.config import load_profile, to_dict
 from replication.interrupts import GridInterrupted, RunGuard
-from replication.store import MANIFEST, DamagedArtifact, staged_dir, write_atomic, writer_lock
+from replication.store import MANIFEST, DamagedArtifact, io_errors, staged_dir, write_atomic, writer_lock
 from replication.store.run_evidence import EXPORT_KIND, check_key, claimed_key, read_json, verify_run
 from replication.store.run_key import DIGESTS, KEY_FILE, FileDigests, hub_revisions, input_digests, key_record, normalized_command
 from replication.train.checkpoint import CheckpointError, checkpoint_path, load_checkpoint
@@ -168,7 +168,7 @@ def ensure_run(profile: str, overrides: dict, seed: int, steps: int | None,
         cmd = train_command(profile, overrides, seed, steps, run_dir, resume, overwrite=not resume)
         env = {**os.environ, "REPLICATION_PARENT_PID": str(os.getpid()),  # the run dies with us
                LOCK_ENV: f"{os.getpid()}:{run_dir.resolve()}"}  # and we hold its folder's lock
-        with open(log, "a") as f:
+        with io_errors(log), open(log, "a") as f:  # a full disk: one line naming the log
             if guard is None:
                 returncode = subprocess.run(cmd, stdout=f, stderr=subprocess.STDOUT, env=env).returncode
             else:  # Ctrl-C / SIGTERM of a grid: no new start, running ones terminated

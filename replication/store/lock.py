@@ -26,6 +26,7 @@ from pathlib import Path
 from typing import Iterator
 
 from replication.config import ConfigError
+from replication.store.atomic import io_errors
 
 
 class LockHeld(ConfigError):
@@ -79,8 +80,13 @@ def _acquire(target: Path, what: str) -> str:
                        + (f"; {what}" if what else "")) from None
     info = {"pid": os.getpid(), "host": socket.gethostname(), "cmd": " ".join(sys.argv) or sys.executable,
             "started": time.strftime("%Y-%m-%d %H:%M:%S")}
-    os.ftruncate(fd, 0)
-    os.pwrite(fd, json.dumps(info).encode(), 0)
+    try:
+        with io_errors(path):  # a full disk: one line naming the lock file (lock released)
+            os.ftruncate(fd, 0)
+            os.pwrite(fd, json.dumps(info).encode(), 0)
+    except BaseException:
+        os.close(fd)
+        raise
     _HELD[key] = [fd, 1]
     return key
 

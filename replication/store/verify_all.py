@@ -234,11 +234,12 @@ def _safetensors(path: Path) -> int:
     return len(tensors)
 
 
-def _base_model(path: Path) -> str:
+def check_base_model_files(path: Path) -> str:
+    """What can be checked of a base model folder without a manifest: ``BASE_KEY`` present, every
+    JSON file parses, the weights end where their headers say. DamagedArtifact otherwise; returns
+    what was checked."""
     from replication.store.run_evidence import read_json
 
-    if (path / MANIFEST).is_file():
-        return _sealed(path)
     key = (path / BASE_KEY).read_text().strip() if (path / BASE_KEY).is_file() else None
     if not key:
         raise DamagedArtifact(f"{path / BASE_KEY}: missing or empty (the base stage writes it last)")
@@ -246,8 +247,14 @@ def _base_model(path: Path) -> str:
     tensors = sum(_safetensors(f) for f in sorted(path.glob("*.safetensors")))
     if not tensors:
         raise DamagedArtifact(f"{path}: no model weights (*.safetensors)")
-    return (f"{path}: base model checked, not under a {MANIFEST} (the base stage writes none): {BASE_KEY} {key}, "
-            f"{len(parsed)} JSON files parse, weights whole ({tensors} tensors within the file's size)")
+    return (f"{BASE_KEY} {key}, {len(parsed)} JSON files parse, weights whole ({tensors} tensors within the "
+            f"file's size)")
+
+
+def _base_model(path: Path) -> str:
+    if (path / MANIFEST).is_file():
+        return _sealed(path)
+    return f"{path}: base model checked, not under a {MANIFEST} (written before manifests): {check_base_model_files(path)}"
 
 
 def _regime(path: Path) -> str:

@@ -51,6 +51,13 @@ def _base_model(where: Path) -> Path:
     return dest
 
 
+def _unsealed_base_model(where: Path) -> Path:
+    """A base model folder from before the base stage wrote manifests."""
+    dest = _base_model(where)
+    (dest / "MANIFEST.json").unlink()
+    return dest
+
+
 @pytest.mark.parametrize("kind, target, says", [
     ("export", lambda t: sealed_paper(t) / "runs" / "RLOO" / "s0", "export verified"),
     ("runs folder", lambda t: sealed_paper(t) / "runs", "export verified"),
@@ -58,7 +65,8 @@ def _base_model(where: Path) -> Path:
     ("measurement", lambda t: sealed_paper(t) / "gradient_variance", "gradient-variance measurement verified"),
     ("summary", lambda t: sealed_paper(t) / "summary.json", "summary.json: verified against"),
     ("table", lambda t: sealed_paper(t) / "tables" / "comparisons.csv", "verified with the"),
-    ("base model", _base_model, "base model checked, not under a MANIFEST.json"),
+    ("base model", _base_model, "base-model verified"),
+    ("unsealed base model", _unsealed_base_model, "base model checked, not under a MANIFEST.json"),
 ])
 def test_each_kind_verifies_and_says_what_was_checked(tmp_path, capsys, kind, target, says):
     rc, out, err = verify(capsys, target(tmp_path))
@@ -72,7 +80,7 @@ def test_a_results_folder_verifies_each_thing_in_it(tmp_path, capsys):
     rc, out, err = verify(capsys, tmp_path)
     assert rc == 0, err
     assert "paper products verified" in out and "1 export" in out and "1 gradient-variance" in out
-    assert "base model checked" in out
+    assert "base-model verified" in out
 
 
 def test_the_committed_results_verify():

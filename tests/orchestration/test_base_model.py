@@ -49,6 +49,33 @@ def test_build_once_then_reuse_then_rebuild_when_the_key_differs(tmp_path, monke
     assert (out / base_model.KEY_FILE).read_text().strip() == base_model.base_key("smoke")
 
 
+def test_a_built_base_model_is_sealed_and_damage_is_named_on_reuse(tmp_path, monkeypatch):
+    from replication.store import MANIFEST, DamagedArtifact, verify_manifest
+
+    out = tmp_path / "base-model"
+    out.mkdir()
+    monkeypatch.setattr(base_model.subprocess, "run", FakeBuild())
+    base_model.ensure_base_model("default", out)
+    manifest = verify_manifest(out, kind=base_model.MANIFEST_KIND)
+    assert manifest["extra"]["key"] == base_model.base_key("default")
+    assert {"model.safetensors", base_model.KEY_FILE} <= set(manifest["files"])
+    (out / "model.safetensors").write_text("edited weights")
+    with pytest.raises(DamagedArtifact, match="model.safetensors"):
+        base_model.ensure_base_model("default", out)  # committed evidence: named, not rebuilt over
+    (out / MANIFEST).unlink()  # a folder from before manifests is checked before it is sealed
+    with pytest.raises(DamagedArtifact, match="safetensors"):
+        base_model.ensure_base_model("default", out)
+
+
+def test_the_committed_base_model_verifies():
+    from replication.store import verify_manifest
+
+    committed = base_model.PACKAGE.parent / "results" / "base-model"
+    if not (committed / "MANIFEST.json").exists():
+        pytest.skip("no committed base model in this checkout")
+    verify_manifest(committed, kind=base_model.MANIFEST_KIND)
+
+
 def test_a_failed_build_leaves_no_key(tmp_path, monkeypatch):
     out = tmp_path / "base-model"
     out.mkdir()
