@@ -43,7 +43,11 @@ def export(out: Path) -> Path:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("out", type=Path, help="folder to write (replaced if it exists)")
-    print(f"encoder written to {export(ap.parse_args().out)}")
+    out = ap.parse_args().out
+    from replication.report.study_output import check_study_out
+
+    check_study_out(out)  # results/encoder is the `encoder` stage's output: only DVC writes it
+    print(f"encoder written to {export(out)}")
 
 
 if __name__ == "__main__":

@@ -40,6 +40,9 @@ def main() -> None:
                     help="first print the moving average's MAE (its unseen MAE is the constant predictor's)")
     ap.add_argument("--out", type=Path, default=None, help="also write the rows and their provenance to this JSON file")
     args = ap.parse_args()
+    from replication.report.study_output import check_study_out
+
+    check_study_out(args.out)  # results/ only from its dvc.yaml stage
     rows: list[dict] = []
 
     def emit(row: dict) -> None:

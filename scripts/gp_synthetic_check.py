@@ -98,6 +98,9 @@ def main() -> None:
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--out", type=Path, default=None, help="write the rows and their provenance to this JSON file")
     args = ap.parse_args()
+    from replication.report.study_output import check_study_out
+
+    check_study_out(args.out)  # results/ only from its dvc.yaml stage
     if not 0 <= args.burn_in < args.steps or args.batch > args.prompts:
         sys.exit(f"need 0 <= --burn-in < --steps and --batch <= --prompts (got {args.burn_in}, {args.steps}, "
                  f"{args.batch}, {args.prompts})")

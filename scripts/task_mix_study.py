@@ -47,6 +47,9 @@ def main() -> None:
     ap.add_argument("--mix", action="append", required=True, metavar="NAME=FOLDER")
     ap.add_argument("--out", type=Path, required=True)
     args = ap.parse_args()
+    from replication.report.study_output import check_study_out
+
+    check_study_out(args.out)  # results/ only from its dvc.yaml stage
     mixes = {}
     for item in args.mix:
         name, sep, folder = item.partition("=")
