@@ -59,7 +59,8 @@ def test_parameters_cell_exposes_the_user_settings(name):
 
 def test_dvc_yaml_stages_and_params():
     dvc = yaml.safe_load((ROOT / "dvc.yaml").read_text())
-    assert set(dvc["stages"]) == {"base", "encoder", *PAPERS, "report"}
+    regime = {"regime-gp-synthetic", "regime-gp-settings", "regime-task-mix"}  # tests/test_study_stages.py
+    assert set(dvc["stages"]) == {"base", "encoder", *PAPERS, "report", *regime}
     params = yaml.safe_load((ROOT / "params.yaml").read_text())
     for paper in PAPERS:
         stage = dvc["stages"][paper]
@@ -70,9 +71,13 @@ def test_dvc_yaml_stages_and_params():
         outs = [next(iter(o.values())) for o in stage["outs"] + stage["metrics"]]
         assert all(o.get("persist") for o in outs)
         # a trial profile's outputs are DVC outputs too, in its git-ignored workspace (issue 18.4)
+        # split (DVC forbids overlapping outputs): the manifest pins every product, the summary is
+        # a metrics output of its own so that `dvc exp show` shows a trial's numbers (issue 34.6)
         names = [next(iter(o)) for o in stage["outs"]]
-        assert f"workspace/${{profile}}/{paper}" in names
-        assert (ROOT / "workspace" / "default" / paper / "README.md").exists()
+        assert f"workspace/${{profile}}/{paper}/MANIFEST.json" in names
+        assert f"workspace/${{profile}}/{paper}/summary.json" in [next(iter(o)) for o in stage["metrics"]]
+        for stand_in in ("README.md", "MANIFEST.json", "summary.json"):
+            assert (ROOT / "workspace" / "default" / paper / stand_in).exists()
         sec = params[paper]
         assert len(sec["seeds"]) >= 3
         assert set(sec["baseline"]).issubset(sec["arms"]) and set(sec["baseline"].values()).issubset(sec["arms"])
