@@ -123,8 +123,9 @@ def code_digest(root: str | Path | None = None, *, include: Sequence[str] | None
 _MEMO: dict[tuple, str] = {}
 
 
-NOT_TRAINING = ("report", "orchestration", "analysis")
-"""Sub-packages that never run inside ``train``: they read finished runs, schedule them, or
+NOT_TRAINING = ("report", "orchestration", "analysis", "launch")
+"""Sub-packages that never run inside ``train``: they read finished runs, schedule them, place
+them (``launch``: its output enters the key as the command and the shape, not as its code), or
 measure gradients outside training, so editing them does not invalidate a trained run."""
 
 

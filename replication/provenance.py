@@ -143,9 +143,30 @@ def _device(cfg: Any, engine: Any) -> str:
     return ("cuda" if torch.cuda.is_available() else "cpu") if d == "auto" else str(d)
 
 
+LAUNCH_ENV = "REPLICATION_LAUNCH_"
+"""Prefix of the variables a launcher sets (``replication.launch.env``): BACKEND, JOB, HOSTS."""
+
+
+def launch_provenance(world_size: int, env: dict[str, str] | None = None) -> dict[str, Any]:
+    """Where the run was placed: the backend that launched it (None: started by hand), the
+    scheduler's job id (None locally), its host(s), world size and the GPUs it could see
+    (``CUDA_VISIBLE_DEVICES``, None when unset). Read from the environment the launcher gave
+    the run, so placement never touches its command, config or key."""
+    e = os.environ if env is None else env
+    hosts = e.get(LAUNCH_ENV + "HOSTS")
+    return {
+        "backend": e.get(LAUNCH_ENV + "BACKEND") or None,
+        "job": e.get(LAUNCH_ENV + "JOB") or None,
+        "hosts": hosts.split(",") if hosts else [socket.gethostname()],
+        "world_size": world_size,
+        "devices": e.get("CUDA_VISIBLE_DEVICES"),
+    }
+
+
 def run_provenance(cfg: Any, world: Any, engine: Any, model: Any = None) -> dict[str, Any]:
     """World size, sharding, engine, device, dtype, threads, package versions, code digest, git
-    commit (with a dirty flag), the machine and the model's hub commit of the run that ``cfg``,
+    commit (with a dirty flag), the machine, the placement (``launch``) and the model's hub
+    commit of the run that ``cfg``,
     ``world``, ``engine`` and ``model`` make up.
 
     ``world``: a ``replication.train.distributed.World`` (None = one process); ``engine``: the
@@ -176,6 +197,7 @@ def run_provenance(cfg: Any, world: Any, engine: Any, model: Any = None) -> dict
         "versions": {name: package_version(name) for name in VERSIONS},
         "machine": machine_provenance(),
         "model_commit": model_commit(model),
+        "launch": launch_provenance(size),
         "code_digest": code_digest(),
         **git_state(),
     }

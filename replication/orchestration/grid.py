@@ -15,6 +15,7 @@ The returned ``PaperRun`` (``replication.report.pipeline``) holds the tidy frame
 from __future__ import annotations
 
 import concurrent.futures as cf
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -23,8 +24,9 @@ from tqdm.auto import tqdm
 
 from replication.interrupts import RunGuard
 from replication.arms import QUICK_PROFILE, Arm, _slug, select_arms  # noqa: F401 (notebooks read Arm here)
+from replication.launch import LauncherConfig, make_backend
 from replication.orchestration.run_cache import (DEFAULT_CACHE, cached_run, copy_export, ensure_run, export_run, exported_key,
-                                                 published_exports, run_key)
+                                                 published_exports, run_key, run_shape_of)
 from replication.store.run_key import FileDigests
 from replication.report.pipeline import PaperRun, load_paper_run
 
@@ -36,13 +38,21 @@ def run_grid(
     out_dir: str | Path,
     *,
     steps: int | None = None,
-    workers: int = 2,
+    workers: int | None = 2,
     cache: str | Path = DEFAULT_CACHE,
     published: list[Path] | tuple = (),
+    launcher: LauncherConfig | Mapping | None = None,
+    shape: Mapping | None = None,
 ) -> pd.DataFrame:
     """Train every missing (arm, seed), export each to OUT/<arm>/s<seed>/, return one row per run.
     ``published``: export folders (``<root>/<arm>/s<seed>``) whose runs are copied, not retrained,
-    when they hold a run's key."""
+    when they hold a run's key.
+
+    ``launcher`` (params.yaml's ``launcher:`` mapping, or a ``LauncherConfig``; None: local) places
+    the runs: on CPU as many at once as the cores hold their processes × threads, on GPUs one
+    disjoint slice each (``replication.launch``); ``workers`` caps the runs at once (None: as the
+    launcher's slots allow). ``shape``: fields of every run's ``RunShape`` (e.g. ``{"processes":
+    8}``), which enter the keys; the launcher never does."""
     cache, out_dir = Path(cache), Path(out_dir)
     names = [a.name for a in arms]
     if len(set(names)) != len(names):
@@ -52,7 +62,7 @@ def run_grid(
     keys, digests = {}, FileDigests()  # each named file hashed once for the whole grid
     for arm in arms:  # validate every configuration before any compute
         for seed in seeds:
-            keys[arm.name, seed] = run_key(profile, arm.overrides, seed, steps, digests)[0]
+            keys[arm.name, seed] = run_key(profile, arm.overrides, seed, steps, digests, shape)[0]
     jobs = [(a, s) for s in seeds for a in arms]
     elsewhere = {k: v for k, v in published_exports(list(published)).items()
                  if Path(v).resolve().parent.parent != out_dir.resolve()}
@@ -78,13 +88,19 @@ def run_grid(
           + (": " + ", ".join(f"{a.name} s{s}" for a, s in todo[:12]) + (" ..." if len(todo) > 12 else "")
              if todo else ""))
     if todo:
-        # Ctrl-C / SIGTERM (RunGuard): queued runs never start, running ones are terminated;
-        # finished runs and checkpoints stay in the cache, so running the grid again resumes it.
-        # A failed run stops the grid the same way.
-        pool, guard = cf.ThreadPoolExecutor(max_workers=workers), RunGuard()
+        backend = make_backend(launcher)
+        shapes = [run_shape_of(profile, a.overrides, s, shape) for a, s in todo]
+        for one in set(shapes):  # a run the launcher can never place stops the grid before any compute
+            backend.check(one)
+        at_once = min(len(todo), min(backend.capacity(one) for one in set(shapes)) if workers is None else workers)
+        # Ctrl-C / SIGTERM (RunGuard): queued runs never start, running ones are terminated (the
+        # launcher cancels them); finished runs and checkpoints stay in the cache, so running
+        # the grid again resumes it. A failed run stops the grid the same way.
+        pool, guard = cf.ThreadPoolExecutor(max_workers=max(1, at_once)), RunGuard()
         try:
             with guard, tqdm(total=len(todo), desc="runs") as bar:
-                futures = {pool.submit(ensure_run, profile, a.overrides, s, steps, cache, a.name, guard, digests): (a, s)
+                futures = {pool.submit(ensure_run, profile, a.overrides, s, steps, cache, a.name, guard, digests,
+                                       launcher=backend, shape=shape): (a, s)
                            for a, s in todo}
                 for fut in cf.as_completed(futures):
                     arm, seed = futures[fut]
@@ -95,6 +111,7 @@ def run_grid(
                     bar.update(1)
         except BaseException:
             guard.terminate_all()
+            backend.cancel_all()
             pool.shutdown(wait=True, cancel_futures=True)
             raise
         pool.shutdown(wait=True)
@@ -123,7 +140,8 @@ def load_section(section: str, params_file: str | Path | None = None) -> dict[st
 def run_paper(section: str, params_file: str | Path | None = None, out_root: str | Path | None = None,
               workers: int | None = None, *, profile: str | None = None, overrides: dict | None = None,
               seeds: list[int] | None = None, arms: list[str] | None = None,
-              steps: int | None = None, notebook_params: dict | None = None) -> PaperRun:
+              steps: int | None = None, notebook_params: dict | None = None,
+              launcher: LauncherConfig | Mapping | None = None, shape: Mapping | None = None) -> PaperRun:
     """Train (or load) a paper's grid and read it back. ``profile``, ``overrides`` (dotted config
     keys applied to every arm), ``seeds``, ``arms`` and ``steps`` replace params.yaml's choice;
     ``notebook_params``: the notebook's other parameters that change its outputs.
@@ -132,7 +150,12 @@ def run_paper(section: str, params_file: str | Path | None = None, out_root: str
     only, else the trial's own ``workspace/<profile>[-<hash>]/``; an explicit ``out_root`` that is
     results/ is refused for a trial. The paper folder's writer lock is held for this process's life
     (a second writer on the same folder gets one line naming the holder), unless a DVC stage holds
-    it for us (orchestration.stage), which also sends the products to its temporary folder."""
+    it for us (orchestration.stage), which also sends the products to its temporary folder.
+
+    ``launcher``: where the runs go (``run_grid``); None: params.yaml's ``launcher:`` section, if
+    it has one, else the local backend. It is not a notebook parameter and never places the
+    outputs: a backend switch leaves every key, path and product as it is. ``shape``: fields of
+    every run's shape (``run_grid``), which do enter the keys."""
     from replication.orchestration.workspace import RESULTS, claim_output, paper_place
     from replication.paths import params_path
     from replication.stage_params import load_params, notebook_value
@@ -142,7 +165,8 @@ def run_paper(section: str, params_file: str | Path | None = None, out_root: str
     overrides = notebook_value("overrides", overrides, dict)
     seeds = notebook_value("seeds", seeds, list)
     arms = notebook_value("arms", arms, list)
-    notebook = {"overrides": overrides, "seeds": seeds, "arms": arms, "steps": steps, **(notebook_params or {})}
+    notebook = {"overrides": overrides, "seeds": seeds, "arms": arms, "steps": steps, "shape": shape,
+                **(notebook_params or {})}  # a shape makes other runs; a launcher never does
     place = paper_place(section, params_file, load_params(params_file), profile=profile, notebook=notebook)
     if profile:
         sec["profile"] = profile
@@ -150,7 +174,10 @@ def run_paper(section: str, params_file: str | Path | None = None, out_root: str
     out, products = claim_output(section, place, out_root)
     n_steps = steps if steps is not None else sec.get("steps")
     published = [] if place.published else [Path(RESULTS) / section / "runs"]  # a trial reuses them
+    if launcher is None:
+        launcher = load_params(params_file).get("launcher")
     runs = run_grid(sec["profile"], arm_list, seed_list, out / "runs", steps=n_steps,
-                    workers=workers or sec["workers"], published=published)
+                    workers=workers or sec["workers"], published=published,
+                    launcher=LauncherConfig.from_mapping(launcher), shape=shape)
     return load_paper_run(section, sec["profile"], seed_list, [a.name for a in arm_list],
                           sec.get("baseline") or {}, products, runs)

@@ -24,14 +24,16 @@ import gzip
 import json
 import os
 import shutil
-import subprocess
 import sys
 import warnings
+from collections.abc import Mapping
 from pathlib import Path
 
 from replication.code_digest import NOT_TRAINING, training_code_digest  # noqa: F401 (tests read NOT_TRAINING here)
 from replication.config import load_profile, to_dict
 from replication.interrupts import GridInterrupted, RunGuard
+from replication.launch import Backend, Job, LauncherConfig, RunShape, make_backend
+from replication.launch.local import LaunchStopped
 from replication.store import MANIFEST, DamagedArtifact, io_errors, staged_dir, write_atomic, writer_lock
 from replication.store.run_evidence import EXPORT_KIND, check_key, claimed_key, read_json, verify_run
 from replication.store.run_key import DIGESTS, KEY_FILE, FileDigests, hub_revisions, input_digests, key_record, normalized_command
@@ -51,24 +53,37 @@ def code_digest(root: str | Path | None = None) -> str:
     return training_code_digest(root if root is not None else PACKAGE)
 
 
-def run_shape(cfg) -> dict:
-    """What a run computes on: nodes, processes and GPUs per process. The grid starts one
-    process per run; where it is placed (which GPUs, which host) is not part of its shape."""
-    return {"nodes": 1, "processes": 1, "gpus_per_process": 1 if cfg.model.device == "cuda" else 0}
+def run_shape(cfg, shape: Mapping | None = None) -> dict:
+    """What a run computes on, as its key records it: nodes, processes and GPUs per process
+    (``launch.shape.RunShape``: declared by the config, ``shape`` overriding fields). Where it
+    is placed (which GPUs, which host, which backend) is not part of it."""
+    return RunShape.of(cfg, shape).key()
 
 
 def run_key(profile: str, overrides: dict, seed: int, steps: int | None,
-            digests: FileDigests = DIGESTS) -> tuple[str, dict]:
+            digests: FileDigests = DIGESTS, shape: Mapping | None = None) -> tuple[str, dict]:
     """(key, key record) of one run; validates the configuration first (ConfigError names the
-    key). ``digests``: the memo of file contents shared by a grid's keys."""
+    key). ``digests``: the memo of file contents shared by a grid's keys; ``shape``: fields of
+    the run's ``RunShape`` that replace what its config declares (e.g. ``{"processes": 8}``)."""
+    return _key_and_shape(profile, overrides, seed, steps, digests, shape)[:2]
+
+
+def run_shape_of(profile: str, overrides: dict, seed: int, shape: Mapping | None = None) -> RunShape:
+    """The ``RunShape`` of one run (its config's declaration, ``shape`` overriding fields)."""
+    return RunShape.of(load_profile(profile, {**overrides, "seed": seed}), shape)
+
+
+def _key_and_shape(profile: str, overrides: dict, seed: int, steps: int | None,
+                   digests: FileDigests, shape: Mapping | None) -> tuple[str, dict, RunShape]:
     cfg = load_profile(profile, {**overrides, "seed": seed})
     resolved = to_dict(cfg)
     resolved["profile"] = None  # the same settings under another profile name are the same run
     command = normalized_command(train_command(profile, overrides, seed, steps, Path("OUT"), resume=False))
-    record = key_record(config=resolved, steps=steps or cfg.steps, command=command, shape=run_shape(cfg),
+    run = RunShape.of(cfg, shape)
+    record = key_record(config=resolved, steps=steps or cfg.steps, command=command, shape=run.key(),
                         code=code_digest(), inputs=input_digests(resolved, digests),
                         revisions=hub_revisions(resolved))
-    return record["key"], record
+    return record["key"], record, run
 
 
 def train_command(profile: str, overrides: dict, seed: int, steps: int | None, out: Path,
@@ -141,12 +156,18 @@ def _same_record(run_dir: Path, record: dict) -> bool:
 
 def ensure_run(profile: str, overrides: dict, seed: int, steps: int | None,
                cache: Path = DEFAULT_CACHE, name: str = "", guard: RunGuard | None = None,
-               digests: FileDigests = DIGESTS) -> Path:
+               digests: FileDigests = DIGESTS, *, launcher: Backend | None = None,
+               shape: Mapping | None = None) -> Path:
     """The run's folder in the cache, training it first (or resuming it) when it is not finished.
     Holds the entry's writer lock meanwhile (a second writer: ``LockHeld`` naming the holder).
     The key record is written into the entry before the trainer starts; a checkpoint resumes only
-    under the same record."""
-    key, record = run_key(profile, overrides, seed, steps, digests)
+    under the same record.
+
+    ``launcher`` places the trainer (``launch.backend``; None: a local backend of its own, which
+    starts it as ``python -m replication train ...`` as always): it may wait for a free slot,
+    prefix torchrun, and add ``CUDA_VISIBLE_DEVICES`` and the provenance variables to the
+    environment. None of that enters the key or config.json; ``shape`` does (``run_key``)."""
+    key, record, run = _key_and_shape(profile, overrides, seed, steps, digests, shape)
     done = cached_run(key, cache)
     if done is not None:
         return done
@@ -168,11 +189,14 @@ def ensure_run(profile: str, overrides: dict, seed: int, steps: int | None,
         cmd = train_command(profile, overrides, seed, steps, run_dir, resume, overwrite=not resume)
         env = {**os.environ, "REPLICATION_PARENT_PID": str(os.getpid()),  # the run dies with us
                LOCK_ENV: f"{os.getpid()}:{run_dir.resolve()}"}  # and we hold its folder's lock
-        with io_errors(log), open(log, "a") as f:  # a full disk: one line naming the log
-            if guard is None:
-                returncode = subprocess.run(cmd, stdout=f, stderr=subprocess.STDOUT, env=env).returncode
-            else:  # Ctrl-C / SIGTERM of a grid: no new start, running ones terminated
-                returncode = guard.run(cmd, stdout=f, stderr=subprocess.STDOUT, env=env)
+        job = Job(name=f"{name or key} seed {seed}", command=cmd, env=env, shape=run, log=log)
+        backend = launcher if launcher is not None else make_backend(LauncherConfig())
+        with io_errors(log):  # a full disk: one line naming the log
+            log.touch()  # the run's log exists from its start, wherever it is placed
+            try:  # Ctrl-C / SIGTERM of a grid: the grid cancels the launcher's runs
+                returncode = backend.run(job)
+            except LaunchStopped as e:
+                raise GridInterrupted(str(e)) from None
         if guard is not None and guard.stopped:
             raise GridInterrupted(f"run {name or key} seed {seed} stopped (exit {returncode})")
         if returncode != 0:

@@ -20,6 +20,7 @@ from pathlib import Path
 import pytest
 
 from evidence.evidence_helpers import ROOT, synthetic_record, synthetic_run
+from replication.launch import local as launch_local
 from replication.orchestration import grid, run_cache
 from replication.store.run_evidence import verify_run
 from replication.store import MANIFEST, DamagedArtifact, LockHeld
@@ -37,14 +38,14 @@ def _record(seed: int = SEED) -> dict:
 
 
 class FakeTrainer:
-    """Stands in for ``subprocess.run`` of the train CLI: records the command and writes a
-    finished run (with manifest) into its --out folder."""
+    """Stands in for the launcher's start of the train CLI (``launch.local.start_process``):
+    records the command and writes a finished run (with manifest) into its --out folder."""
 
     def __init__(self) -> None:
         self.calls: list[list[str]] = []
         self.envs: list[dict] = []
 
-    def __call__(self, cmd, stdout=None, stderr=None, env=None):
+    def __call__(self, cmd, log=None, env=None):
         self.calls.append(cmd)
         self.envs.append(env)
         out = Path(cmd[cmd.index("--out") + 1])
@@ -53,13 +54,25 @@ class FakeTrainer:
                 (out / f).unlink(missing_ok=True)
         record = json.loads((out / "key.json").read_text())  # written by ensure_run before the start
         synthetic_run(out, seed=record["inputs"]["config"]["seed"], steps=STEPS, record=record)
-        return subprocess.CompletedProcess(cmd, 0)
+        return Finished(len(self.calls))
+
+
+class Finished:
+    """A trainer process that has exited with 0 (what the launcher waits for)."""
+
+    def __init__(self, pid: int) -> None:
+        self.pid, self.returncode = -pid, 0
+
+    def wait(self, timeout=None) -> int:
+        return 0
+
+    poll = wait
 
 
 @pytest.fixture
 def fake(monkeypatch) -> FakeTrainer:
     trainer = FakeTrainer()
-    monkeypatch.setattr(run_cache.subprocess, "run", trainer)
+    monkeypatch.setattr(launch_local, "start_process", trainer)
     return trainer
 
 
@@ -178,7 +191,7 @@ def test_an_edited_key_record_is_damage(tmp_path):
 
 def test_a_trial_copies_published_runs_whose_key_matches(tmp_path, fake, monkeypatch, capsys):
     monkeypatch.setattr(grid, "ensure_run",
-                        lambda p, o, s, st, c, name="", guard=None, digests=None: run_cache.ensure_run(p, o, s, st, c, name))
+                        lambda p, o, s, st, c, name="", guard=None, digests=None, **kw: run_cache.ensure_run(p, o, s, st, c, name, **kw))
     arms = [grid.Arm("U", OVERRIDES)]
     published = tmp_path / "results" / "vip" / "runs"
     grid.run_grid(PROFILE, arms, [0, 1], published, steps=STEPS, workers=1, cache=tmp_path / "cache1")
@@ -195,11 +208,12 @@ def test_a_trial_copies_published_runs_whose_key_matches(tmp_path, fake, monkeyp
 HOLD_ENTRY = textwrap.dedent("""
     import subprocess, sys, time
     sys.path.insert(0, sys.argv[1])
+    from replication.launch import local
     from replication.orchestration import run_cache
-    def slow_trainer(cmd, **kw):
+    def slow_trainer(cmd, log, env):
         print("training", flush=True)
         time.sleep(120)
-    run_cache.subprocess.run = slow_trainer
+    local.start_process = slow_trainer
     run_cache.ensure_run("smoke", {"allocator.name": "uniform"}, 0, 2, sys.argv[2])
 """)
 
@@ -292,7 +306,7 @@ def test_exported_key_trusts_only_a_verifying_export(tmp_path):
 def test_damaged_committed_export_stops_the_grid_and_nothing_trains(tmp_path, fake, monkeypatch):
     out, cache = tmp_path / "out", tmp_path / "cache"
     monkeypatch.setattr(grid, "ensure_run",  # the real ensure_run, without the grid's RunGuard
-                        lambda p, o, s, st, c, name="", guard=None, digests=None: run_cache.ensure_run(p, o, s, st, c, name))
+                        lambda p, o, s, st, c, name="", guard=None, digests=None, **kw: run_cache.ensure_run(p, o, s, st, c, name, **kw))
     arms = [grid.Arm("U", OVERRIDES)]
     grid.run_grid(PROFILE, arms, [0, 1], out, steps=STEPS, workers=1, cache=cache)
     assert len(fake.calls) == 2

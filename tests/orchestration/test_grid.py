@@ -18,7 +18,7 @@ def _fake_training(calls: list):
     """Stands in for the CLI subprocess: writes a finished run folder (with its manifest, as
     train/run_folder.finish_run does), records the call."""
 
-    def ensure_run(profile, overrides, seed, steps, cache, name="", guard=None, digests=None):
+    def ensure_run(profile, overrides, seed, steps, cache, name="", guard=None, digests=None, launcher=None, shape=None):
         key, record = run_cache.run_key(profile, overrides, seed, steps)
         resolved = record["inputs"]["config"]
         calls.append((name, seed))

@@ -13,7 +13,7 @@ from replication.provenance import git_state, run_provenance
 from replication.train.distributed import World
 
 FIELDS = {"world_size", "sharding", "backend", "engine", "engine_class", "device", "gpu", "dtype", "threads",
-          "versions", "machine", "model_commit", "code_digest", "commit", "dirty"}
+          "versions", "machine", "model_commit", "launch", "code_digest", "commit", "dirty"}
 
 
 def test_fields_of_a_one_process_run():
