@@ -183,6 +183,9 @@ SlurmctldHost=$NODE(127.0.0.1)
 # Every daemon runs as root: there is no systemd here to start them as a service user.
 SlurmUser=root
 AuthType=auth/munge
+# A requeued job waits this long (default 120 s) before it may start again: 10 s keeps the
+# requeue test short. It is also the job credential's lifetime, ample on one idle node.
+AuthInfo=cred_expire=10
 StateSaveLocation=$SPOOL/ctld
 SlurmdSpoolDir=$SPOOL/d
 SlurmctldPidFile=$RUN/slurmctld.pid
