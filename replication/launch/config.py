@@ -45,17 +45,20 @@ class LauncherConfig:
         unknown = sorted(set(m) - names)
         if unknown:
             raise ConfigError(f"launcher: unknown key(s) {unknown} (known: {sorted(names)})")
-        kw = dict(m)
-        if "gpus" in kw:
-            kw["gpus"] = parse_gpus(kw["gpus"])
+        return cls(**dict(m))
+
+    def __post_init__(self) -> None:
+        """Normalise and check the fields however the config was built (params.yaml or code)."""
+        object.__setattr__(self, "gpus", parse_gpus(self.gpus))
         for name in ("cpus", "max_runs"):
-            v = kw.get(name)
+            v = getattr(self, name)
             if v is not None and (not isinstance(v, int) or isinstance(v, bool) or v < 1):
                 raise ConfigError(f"launcher.{name}={v!r}: a whole number >= 1 or null")
-        if not isinstance(kw.get("backend", "local"), str):
-            raise ConfigError(f"launcher.backend={kw['backend']!r}: a backend name")
-        kw["options"] = dict(kw.get("options") or {})
-        return cls(**kw)
+        if not isinstance(self.backend, str) or not self.backend:
+            raise ConfigError(f"launcher.backend={self.backend!r}: a backend name")
+        if not isinstance(self.options, Mapping):
+            raise ConfigError(f"launcher.options={self.options!r}: a mapping")
+        object.__setattr__(self, "options", dict(self.options))
 
 
 def parse_gpus(value: Any) -> tuple[str, ...] | None:
