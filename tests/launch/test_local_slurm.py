@@ -186,8 +186,7 @@ def test_cancelled_job_is_seen_by_submitit(submitit, tmp_path):
     _wait(lambda: job.done(force_check=True), 60, f"submitit seeing cancelled job {job.job_id} done")
     assert job.state.startswith("CANCELLED"), job.state
     assert time.monotonic() - t0 < 60
-    with pytest.raises(submitit.core.utils.UncompletedJobError):
-        job.result()
+    # (not job.result(): with no result file it waits ~20 s for a slow shared file system first)
 
 
 def test_job_at_time_limit_is_requeued_and_resumes(submitit, tmp_path):
