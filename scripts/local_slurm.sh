@@ -50,6 +50,7 @@ die() {  # die MESSAGE [LOGFILE]: print the message and the tail of the daemon's
         echo "--- last lines of $2 ---" >&2
         tail -n 30 "$2" >&2
     fi
+    echo "local_slurm: \`bash scripts/local_slurm.sh stop\` stops whatever did start" >&2
     exit 1
 }
 
@@ -57,16 +58,22 @@ pid_alive() {  # pid_alive PIDFILE: the process named in PIDFILE is running
     [ -s "$1" ] && kill -0 "$(cat "$1")" 2>/dev/null
 }
 
-wait_for() {  # wait_for WHAT LOGFILE COMMAND...: retry COMMAND until it succeeds or TIMEOUT
-    local what=$1 log=$2 t0=$SECONDS
-    shift 2
+wait_for() {  # wait_for WHAT LOGFILE PID COMMAND...: retry COMMAND until it succeeds; fail
+    # after TIMEOUT seconds, or at once when the daemon's process PID (if not "-") has exited
+    local what=$1 log=$2 pid=$3 t0=$SECONDS
+    shift 3
     until "$@" >/dev/null 2>&1; do
+        if [ "$pid" != - ] && ! kill -0 "$pid" 2>/dev/null; then
+            die "$what exited during start-up" "$log"
+        fi
         if (( SECONDS - t0 >= TIMEOUT )); then
             die "$what did not come up within ${TIMEOUT}s" "$log"
         fi
         sleep 0.2
     done
 }
+
+pid_of() { if [ -s "$1" ]; then cat "$1"; else echo -; fi; }  # pid_of PIDFILE
 
 # ------------------------------------------------------------------------------------ install
 install_packages() {
@@ -97,7 +104,7 @@ start_munge() {
     install -d -o munge -g munge -m 700 "$MUNGELOG"
     runuser -u munge -- munged --log-file="$MUNGELOG/munged.log" --pid-file="$MUNGELOG/munged.pid"
     touch "$RUN/munged.ours"          # so that stop ends only a munged that this script started
-    wait_for munged "$MUNGELOG/munged.log" munge_works
+    wait_for munged "$MUNGELOG/munged.log" "$(pid_of "$MUNGELOG/munged.pid")" munge_works
 }
 
 # ------------------------------------------------------------------------------------ GPUs
@@ -142,7 +149,7 @@ start_mariadb() {
         --pid-file="$MLOG/mariadb.pid" --log-error="$MLOG/error.log" \
         --socket="$MLOG/mysqld.sock" --bind-address=127.0.0.1 --port="$DB_PORT" \
         --skip-name-resolve --innodb-lock-wait-timeout=900 </dev/null >/dev/null 2>&1 &
-    wait_for MariaDB "$MLOG/error.log" mariadb-admin --no-defaults --socket="$MLOG/mysqld.sock" ping
+    wait_for MariaDB "$MLOG/error.log" $! mariadb-admin --no-defaults --socket="$MLOG/mysqld.sock" ping
     # a password for slurmdbd's database user, made once; the server only listens on 127.0.0.1
     if [ ! -s "$ETC/db-password" ]; then
         (umask 077; head -c 18 /dev/urandom | base64 | tr -d '/+=' >"$ETC/db-password")
@@ -255,7 +262,7 @@ start_slurm() {
     if ! pid_alive "$RUN/slurmdbd.pid"; then
         slurmdbd || die "slurmdbd failed to start" "$LOG/slurmdbd.log"
     fi
-    wait_for slurmdbd "$LOG/slurmdbd.log" sacctmgr -n list cluster
+    wait_for slurmdbd "$LOG/slurmdbd.log" "$(pid_of "$RUN/slurmdbd.pid")" sacctmgr -n list cluster
     # slurmctld registers with slurmdbd under its ClusterName, which must exist there first
     if ! cluster_registered; then
         sacctmgr -i add cluster "$CLUSTER" >/dev/null
@@ -265,11 +272,11 @@ start_slurm() {
         # after a restart instead of repeating ids the accounting database already holds
         slurmctld || die "slurmctld failed to start" "$LOG/slurmctld.log"
     fi
-    wait_for slurmctld "$LOG/slurmctld.log" scontrol ping
+    wait_for slurmctld "$LOG/slurmctld.log" "$(pid_of "$RUN/slurmctld.pid")" scontrol ping
     if ! pid_alive "$RUN/slurmd.pid"; then
         slurmd || die "slurmd failed to start" "$LOG/slurmd.log"
     fi
-    wait_for "node $NODE" "$LOG/slurmd.log" node_ready
+    wait_for "node $NODE" "$LOG/slurmd.log" "$(pid_of "$RUN/slurmd.pid")" node_ready
 }
 
 node_ready() {  # the node accepts jobs: idle, mixed or allocated (not down, drained, unknown)
