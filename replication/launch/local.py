@@ -122,16 +122,7 @@ class LocalBackend(Backend):
                 self._release(handle)
 
     def cancel(self, handle: Handle) -> None:
-        proc = handle.state["proc"]
-        if proc.poll() is None:
-            proc.terminate()  # torchrun passes SIGTERM on to its ranks
-            deadline = time.monotonic() + self.GRACE_S
-            while proc.poll() is None and time.monotonic() < deadline:
-                time.sleep(0.05)
-            if proc.poll() is None:
-                proc.kill()
-                proc.wait()
-        self._release(handle)
+        self._stop([handle])
 
     def cancel_all(self) -> None:
         with self._lock:
@@ -139,8 +130,24 @@ class LocalBackend(Backend):
             running = list(self._running.values())
         self.cpus.close()
         self.gpus.close()
-        for handle in running:
-            self.cancel(handle)
+        self._stop(running)
+
+    def _stop(self, handles: list[Handle]) -> None:
+        """SIGTERM every run (torchrun passes it on to its ranks), SIGKILL those alive after
+        one grace period shared by all, then give their resources back."""
+        procs = [h.state["proc"] for h in handles]
+        for proc in procs:
+            if proc.poll() is None:
+                proc.terminate()
+        deadline = time.monotonic() + self.GRACE_S
+        while any(p.poll() is None for p in procs) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        for proc in procs:
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait()
+        for handle in handles:
+            self._release(handle)
 
     @property
     def stopped(self) -> bool:
