@@ -24,7 +24,7 @@ from tqdm.auto import tqdm
 
 from replication.interrupts import RunGuard
 from replication.arms import QUICK_PROFILE, Arm, _slug, select_arms  # noqa: F401 (notebooks read Arm here)
-from replication.launch import LauncherConfig, make_backend
+from replication.launch import LauncherConfig, RunShape, make_backend
 from replication.orchestration.run_cache import (DEFAULT_CACHE, cached_run, copy_export, ensure_run, export_run, exported_key,
                                                  published_exports, run_key, run_shape_of)
 from replication.store.run_key import FileDigests
@@ -162,6 +162,9 @@ def run_paper(section: str, params_file: str | Path | None = None, out_root: str
 
     params_file = params_path(params_file)
     sec = load_section(section, params_file)
+    # where the runs go: checked before any output is touched, never part of the place or a key
+    launch = LauncherConfig.from_mapping(launcher if launcher is not None else load_params(params_file).get("launcher"))
+    RunShape().replaced(shape or {})  # a bad shape field, before any output is touched
     overrides = notebook_value("overrides", overrides, dict)
     seeds = notebook_value("seeds", seeds, list)
     arms = notebook_value("arms", arms, list)
@@ -174,10 +177,7 @@ def run_paper(section: str, params_file: str | Path | None = None, out_root: str
     out, products = claim_output(section, place, out_root)
     n_steps = steps if steps is not None else sec.get("steps")
     published = [] if place.published else [Path(RESULTS) / section / "runs"]  # a trial reuses them
-    if launcher is None:
-        launcher = load_params(params_file).get("launcher")
     runs = run_grid(sec["profile"], arm_list, seed_list, out / "runs", steps=n_steps,
-                    workers=workers or sec["workers"], published=published,
-                    launcher=LauncherConfig.from_mapping(launcher), shape=shape)
+                    workers=workers or sec["workers"], published=published, launcher=launch, shape=shape)
     return load_paper_run(section, sec["profile"], seed_list, [a.name for a in arm_list],
                           sec.get("baseline") or {}, products, runs)

@@ -14,14 +14,17 @@ from replication.orchestration import grid, run_cache
 from replication.store import write_manifest
 
 
-def _fake_training(calls: list):
+def _fake_training(calls: list, launchers: list | None = None):
     """Stands in for the CLI subprocess: writes a finished run folder (with its manifest, as
     train/run_folder.finish_run does), records the call."""
 
+    launchers = [] if launchers is None else launchers
+
     def ensure_run(profile, overrides, seed, steps, cache, name="", guard=None, digests=None, launcher=None, shape=None):
-        key, record = run_cache.run_key(profile, overrides, seed, steps)
+        key, record = run_cache.run_key(profile, overrides, seed, steps, shape=shape)
         resolved = record["inputs"]["config"]
         calls.append((name, seed))
+        launchers.append(launcher)
         d = Path(cache) / key
         d.mkdir(parents=True, exist_ok=True)
         q = resolved["rollout"]["prompts_per_step"]
@@ -114,3 +117,41 @@ def test_section_run_list_selects_the_default_arms_and_a_bad_one_is_named(tmp_pa
                    "  arms:\n    RLOO: {rl.estimator: rloo}\n")
     with pytest.raises(ConfigError, match=r"vip.run: 'Nope' is not an arm"):
         validate_stage(bad, "vip")
+
+
+def test_run_paper_takes_the_launcher_from_params_yaml_and_refuses_a_bad_one_first(tmp_path, monkeypatch):
+    """params.yaml's ``launcher:`` mapping reaches run_grid; it places nothing (the output folder
+    is the one of the same grid without it); a bad launcher or shape stops before any output."""
+    grids: list = []
+    monkeypatch.setattr(grid, "run_grid", lambda *a, **kw: grids.append((a, kw)))
+    monkeypatch.setattr(grid, "load_paper_run", lambda *a, **kw: None)
+    params = _params(tmp_path)
+    data = yaml.safe_load(params.read_text())
+    grid.run_paper("paper", params, tmp_path / "out", seeds=[0], arms=["A"])
+    params.write_text(yaml.safe_dump({**data, "launcher": {"backend": "local", "cpus": 3, "gpus": []}}))
+    grid.run_paper("paper", params, tmp_path / "out", seeds=[0], arms=["A"])
+    (a0, kw0), (a1, kw1) = grids
+    assert a0 == a1 and kw0["launcher"] == grid.LauncherConfig() and kw0["shape"] is None
+    assert kw1["launcher"] == grid.LauncherConfig(cpus=3, gpus=())
+    assert {k: v for k, v in kw0.items() if k != "launcher"} == {k: v for k, v in kw1.items() if k != "launcher"}
+    grid.run_paper("paper", params, tmp_path / "out", seeds=[0], arms=["A"], launcher={"cpus": 1})
+    assert grids[-1][1]["launcher"].cpus == 1  # an explicit launcher replaces params.yaml's
+    params.write_text(yaml.safe_dump({**data, "launcher": {"backend": "local", "gpu": [0]}}))
+    with pytest.raises(ConfigError, match=r"launcher: unknown key\(s\) \['gpu'\]"):
+        grid.run_paper("paper", params, tmp_path / "bad", seeds=[0], arms=["A"])
+    with pytest.raises(ConfigError, match=r"shape.processes=0"):
+        grid.run_paper("paper", _params(tmp_path), tmp_path / "bad", seeds=[0], shape={"processes": 0})
+    assert not (tmp_path / "bad").exists() and len(grids) == 3
+
+
+def test_the_grid_hands_its_launcher_to_every_run(tmp_path, monkeypatch):
+    calls, launchers = [], []
+    monkeypatch.setattr(grid, "ensure_run", _fake_training(calls, launchers))
+    arms = [grid.Arm("U", {"allocator.name": "uniform"})]
+    grid.run_grid("smoke", arms, [0, 1], tmp_path / "out", steps=2, workers=None, cache=tmp_path / "c",
+                  launcher={"cpus": 5, "gpus": []})
+    assert len(launchers) == 2 and launchers[0] is launchers[1] and launchers[0].cpus.cores == 5
+    with pytest.raises(ConfigError, match=r"needs 1 GPU\(s\)"):  # refused before any run starts
+        grid.run_grid("smoke", arms, [2], tmp_path / "out", steps=2, cache=tmp_path / "c",
+                      launcher={"gpus": []}, shape={"gpus_per_process": 1})
+    assert len(launchers) == 2
