@@ -208,6 +208,11 @@ def _check_args(args: argparse.Namespace) -> None:
         check_out_dir(out)
 
 
+def _is_lazy_error(e: BaseException, *kinds: tuple[str, str]) -> bool:
+    """Whether ``e`` is one of the (module, class) errors, among the modules already imported."""
+    return any(isinstance(e, getattr(sys.modules[m], cls)) for m, cls in kinds if m in sys.modules)
+
+
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     from replication.store import DamagedArtifact, DiskFull, ignore_file_size_signal
@@ -222,18 +227,12 @@ def main(argv: list[str] | None = None) -> int:
     except ConfigError as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
-    except ValueError as e:
-        # a DataError (bad dataset file) — looked up lazily: importing replication.tasks here
-        # would load the task generators for every command
-        data = sys.modules.get("replication.tasks.data_errors")
-        if data is None or not isinstance(e, data.DataError):
-            raise
-        print(f"error: {e}", file=sys.stderr)
-        return 2
-    except RuntimeError as e:
-        # a dataset that is neither a local file nor in the hub cache (math_hub), looked up lazily
-        hub = sys.modules.get("replication.tasks.math_hub")
-        if hub is None or not isinstance(e, hub.DatasetUnavailableError):
+    except (ValueError, RuntimeError) as e:
+        # a DataError (bad dataset file) or a dataset neither local nor in the hub cache: looked
+        # up lazily, since importing replication.tasks here would load the task generators for
+        # every command
+        if not _is_lazy_error(e, ("replication.tasks.data_errors", "DataError"),
+                              ("replication.tasks.math_hub", "DatasetUnavailableError")):
             raise
         print(f"error: {e}", file=sys.stderr)
         return 2

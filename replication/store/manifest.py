@@ -59,14 +59,15 @@ def _describe(path: Path) -> dict:
     return entry
 
 
-def write_manifest(folder: str | Path, *, kind: str, extra: dict | None = None) -> dict:
-    """Describe every file of ``folder`` and write ``folder/MANIFEST.json`` atomically, last."""
+def write_manifest(folder: str | Path, *, kind: str, extra: dict | None = None, files=None) -> dict:
+    """Describe every file of ``folder`` (or only ``files``, paths inside it) and write
+    ``folder/MANIFEST.json`` atomically, last."""
     folder = Path(folder)
     manifest = {
         "format": FORMAT,
         "kind": kind,
         "created": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
-        "files": {f.relative_to(folder).as_posix(): _describe(f) for f in _files(folder)},
+        "files": {f.relative_to(folder).as_posix(): _describe(f) for f in (_files(folder) if files is None else files)},
         **({"extra": extra} if extra else {}),
     }
     write_atomic(folder / MANIFEST, json.dumps(manifest, indent=1, sort_keys=True) + "\n")

@@ -22,13 +22,9 @@ manifest, a hand-edited ``summary.json`` was published by ``report`` as it was. 
 
 from __future__ import annotations
 
-import hashlib
-import json
-import time
 from pathlib import Path
 
-from replication.store.atomic import write_atomic
-from replication.store.manifest import FORMAT, MANIFEST, DamagedArtifact, read_manifest, verify_manifest
+from replication.store.manifest import MANIFEST, DamagedArtifact, _describe, read_manifest, verify_manifest, write_manifest
 
 PAPER_KIND = "paper"
 SUMMARY = "summary.json"
@@ -57,27 +53,11 @@ def product_files(folder: Path) -> list[Path]:
     return found
 
 
-def _describe(path: Path) -> dict:
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        for chunk in iter(lambda: f.read(1 << 20), b""):
-            h.update(chunk)
-    return {"size": path.stat().st_size, "sha256": h.hexdigest()}
-
-
 def write_products_manifest(folder: str | Path, *, extra: dict | None = None) -> dict:
     """Describe the products of ``folder`` and write ``folder/MANIFEST.json`` atomically (the
     format of store.manifest, so ``verify_manifest`` reads it)."""
     folder = Path(folder)
-    manifest = {
-        "format": FORMAT,
-        "kind": PAPER_KIND,
-        "created": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
-        "files": {f.relative_to(folder).as_posix(): _describe(f) for f in product_files(folder)},
-        **({"extra": extra} if extra else {}),
-    }
-    write_atomic(folder / MANIFEST, json.dumps(manifest, indent=1, sort_keys=True) + "\n")
-    return manifest
+    return write_manifest(folder, kind=PAPER_KIND, extra=extra, files=product_files(folder))
 
 
 def nested_folders(folder: Path, manifest: dict) -> list[Path]:

@@ -138,10 +138,11 @@ def _train(cfg: TrainConfig, out: Path, steps: int, world: World, *, resume: boo
     c.save_model(out / "model")  # rank 0 writes (FSDP: every rank joins the gather)
     if world.is_main:  # metrics.json atomically, then the manifest: the run exists (run_folder.py)
         finish_run(out, metrics)
+    world.barrier()  # the files exist when any rank returns; before the engine closes, since
+    # vLLM's shutdown may tear down the process group it shares with the trainer (torchrun)
     close = getattr(c.engine, "close", None)
     if callable(close):
         close()  # vLLM: shut its EngineCore process down now, not at interpreter exit
-    world.barrier()  # the files exist when any rank returns
     world.close()
     return metrics
 

@@ -120,6 +120,30 @@ def test_real_vllm_train_five_steps(tmp_path):
     assert metrics["steps"] == 5 and 0 <= metrics["eval_after"]["average"]["pass@1"] <= 1
 
 
+@pytest.mark.vllm
+@pytest.mark.skipif(not HAVE_VLLM, reason=VLLM_SKIP)
+def test_real_vllm_two_ranks_train_to_the_end(tmp_path):
+    """2 ranks (torchrun, gloo), each with its vLLM engine, train, write every file and exit 0:
+    the end-of-run barrier comes before the engines close (a vLLM shutdown may tear down the
+    process group the ranks share, and a barrier after it failed on both ranks)."""
+    out = tmp_path / "run"
+    env = {**os.environ, "PYTHONPATH": str(REPO) + os.pathsep + os.environ.get("PYTHONPATH", ""),
+           "VLLM_ENABLE_V1_MULTIPROCESSING": "0", "OMP_NUM_THREADS": "1"}
+    for k in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT"):
+        env.pop(k, None)
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2",
+           "-m", "replication", "train", "--profile", "default", "--seed", "0", "--max-steps", "2",
+           "--out", str(out), "--no-progress", "--model", str(TINY_MODEL),
+           "--set", "rollout.engine=vllm", "--set", "rollout.vllm.kv_cache_gib=0.25",
+           "--set", "rollout.prompts_per_step=8", "--set", "model.threads=1",
+           "--set", "eval.prompts_per_set=8", "--set", "eval.k=2"]
+    proc = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=900, cwd=REPO)
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-3000:]
+    metrics = json.loads((out / "metrics.json").read_text())
+    assert metrics["steps"] == 2 and metrics["provenance"]["world_size"] == 2
+    assert (out / "MANIFEST.json").exists() and (out / "model").is_dir()
+
+
 EVAL_SCRIPT = r'''
 import json, sys
 from types import SimpleNamespace
