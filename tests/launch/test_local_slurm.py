@@ -190,9 +190,12 @@ def test_cancelled_job_is_seen_by_submitit(submitit, tmp_path):
 
 
 def test_job_at_time_limit_is_requeued_and_resumes(submitit, tmp_path):
-    # 1-minute limit, SLURM's warning signal 55 s before it: submitit catches the signal,
+    # 2-minute limit, SLURM's warning signal (USR2) 90 s before it: submitit catches the signal,
     # checkpoints the callable and requeues the job, which then completes from its checkpoint.
-    ex = _executor(submitit, tmp_path, timeout_min=1, slurm_signal_delay_s=55)
+    # SLURM checks limits every 30 s, so the signal comes 30 to 60 s after the start: late enough
+    # for the job to have installed submitit's handler even on a loaded machine (an earlier
+    # signal kills the process outright), early enough to come before the limit.
+    ex = _executor(submitit, tmp_path, timeout_min=2, slurm_signal_delay_s=90)
     job = ex.submit(ResumesAfterRequeue())
     assert job.result() == "attempt 2"
 
