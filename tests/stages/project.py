@@ -89,6 +89,8 @@ def make_project(where: Path, *, git: bool = True) -> Path:
     (proj / "results" / "base-model" / KEY_FILE).write_text(base_key("default") + "\n")
     shutil.copy(ROOT / "results" / ".gitignore", proj / "results" / ".gitignore")
     shutil.copytree(ROOT / "workspace" / "default", proj / "workspace" / "default")
+    # the frozen regime stages' committed evidence (dvc.yaml): DVC checks a frozen stage's outputs exist
+    shutil.copytree(ROOT / "results" / "regime", proj / "results" / "regime")
     (proj / "replication").symlink_to(ROOT / "replication")
     (proj / "notebooks").mkdir()
     for paper in PAPERS:
@@ -97,6 +99,8 @@ def make_project(where: Path, *, git: bool = True) -> Path:
     (proj / "scripts" / "export_encoder.py").write_text(
         "import sys, pathlib\np = pathlib.Path(sys.argv[1]); p.mkdir(parents=True, exist_ok=True)\n"
         "(p / 'config.json').write_text('{}')\n")
+    for study in ("gp_synthetic_check.py", "gp_settings_study.py", "task_mix_study.py", "regime_runs.py"):
+        shutil.copy(ROOT / "scripts" / study, proj / "scripts" / study)  # frozen stages' deps must exist
     for rel, text in PUBLISHED.items():
         (proj / rel).parent.mkdir(parents=True, exist_ok=True)
         (proj / rel).write_text(text)
