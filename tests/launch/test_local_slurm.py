@@ -190,12 +190,13 @@ def test_cancelled_job_is_seen_by_submitit(submitit, tmp_path):
 
 
 def test_job_at_time_limit_is_requeued_and_resumes(submitit, tmp_path):
-    # 2-minute limit, SLURM's warning signal (USR2) 90 s before it: submitit catches the signal,
-    # checkpoints the callable and requeues the job, which then completes from its checkpoint.
-    # SLURM checks limits every 30 s, so the signal comes 30 to 60 s after the start: late enough
-    # for the job to have installed submitit's handler even on a loaded machine (an earlier
-    # signal kills the process outright), early enough to come before the limit.
-    ex = _executor(submitit, tmp_path, timeout_min=2, slurm_signal_delay_s=90)
+    # 2-minute limit, SLURM's warning signal (USR2) asked 60 s before it: submitit catches the
+    # signal, checkpoints the callable and requeues the job, which then completes from its
+    # checkpoint. slurmctld looks at limits every 30 s and sends the signal once the time left is
+    # at most the delay + 30 s, here 30 to 60 s after the start. It must not come sooner: a signal
+    # before submitit has installed its handler kills the job outright (seen with a 90 s delay on
+    # a 2-min limit: the requeued run was signalled 0.5 s after it started and FAILED).
+    ex = _executor(submitit, tmp_path, timeout_min=2, slurm_signal_delay_s=60)
     job = ex.submit(ResumesAfterRequeue())
     assert job.result() == "attempt 2"
 
