@@ -126,13 +126,13 @@ def load_section(section: str, params_file: str | Path | None = None) -> dict[st
     """The section, validated first (replication.stage_params): a bad params.yaml stops here,
     before any output is touched. ``params_file`` None: the repository's (replication.paths)."""
     from replication.paths import params_path
-    from replication.stage_params import load_params, validate_section
+    from replication.stage_params import load_params, profile_spec, validate_section
 
     params_file = params_path(params_file)
     params = load_params(params_file)
     validate_section(params, section, params_file)
     sec = dict(params[section])
-    sec["profile"] = params.get("profile", "default")
+    sec["profile"] = profile_spec(params, params_file)  # a built-in name, or <profile_dir>/<profile>.yaml
     sec["workers"] = int(params.get("workers", 2))
     return sec
 
