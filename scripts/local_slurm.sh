@@ -210,6 +210,9 @@ SelectTypeParameters=CR_Core_Memory
 # ... and a job that asks for no memory gets its share per CPU instead of the whole node.
 DefMemPerCPU=$(( real_mem / CPUS ))
 MpiDefault=none
+# Backfill every 5 s (default 30 s): a requeued job, eligible again after cred_expire, otherwise
+# waits up to 30 s more for the next pass. Cheap with one node and a handful of jobs.
+SchedulerParameters=bf_interval=5
 # A job past its time limit is killed 5 s after SIGTERM (default 30 s) so the tests stay short.
 KillWait=5
 # The node re-enters service by itself after a restart (even if it was marked down).
@@ -327,8 +330,21 @@ stop_pid() {  # stop_pid NAME PIDFILE: SIGTERM, then SIGKILL after TIMEOUT secon
     say "stopped $name"
 }
 
+cancel_jobs() {  # cancel every job and wait for them to end: a job step outlives slurmd
+    local ids t0=$SECONDS
+    pid_alive "$RUN/slurmctld.pid" || return 0
+    ids=$(squeue -h -o %A 2>/dev/null) || return 0
+    [ -n "$ids" ] || return 0
+    say "cancelling $(echo "$ids" | wc -l) job(s)"
+    # shellcheck disable=SC2086
+    scancel $ids 2>/dev/null || true
+    while [ -n "$(squeue -h -o %A 2>/dev/null)" ] && (( SECONDS - t0 < TIMEOUT )); do sleep 0.5; done
+}
+
 cmd_stop() {
-    # slurmctld saves its state on SIGTERM; jobs still running are recovered on the next start
+    # jobs first: their processes (slurmstepd and below) would otherwise keep running after
+    # slurmd is gone. slurmctld saves its state (the job id counter) on SIGTERM.
+    cancel_jobs
     stop_pid slurmd "$RUN/slurmd.pid"
     stop_pid slurmctld "$RUN/slurmctld.pid"
     stop_pid slurmdbd "$RUN/slurmdbd.pid"
