@@ -35,7 +35,7 @@ from replication.orchestration import grid
 
 log = Path(sys.argv[2])
 
-def ensure_run(profile, overrides, seed, steps, cache, name="", guard=None):
+def ensure_run(profile, overrides, seed, steps, cache, name="", guard=None, digests=None, **placement):
     guard.run([sys.executable, "-c", "import time; time.sleep(120)"])
     return Path(cache)
 
