@@ -82,6 +82,12 @@ def _check_top(params: dict, path: Path) -> str:
     workers = params.get("workers", 2)
     if isinstance(workers, bool) or not isinstance(workers, int) or workers < 1:
         raise ConfigError(f"{path}: workers: must be an integer >= 1, got {workers!r}")
+    from replication.launch.config import LauncherConfig
+
+    try:
+        LauncherConfig.from_mapping(params.get("launcher"))  # where runs go: checked, never a key
+    except (ConfigError, TypeError) as e:
+        raise ConfigError(f"{path}: {e}") from None
     return profile
 
 

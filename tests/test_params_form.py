@@ -44,3 +44,37 @@ def test_a_nested_parameter_changes_one_line():
     text = (ROOT / "params.yaml").read_text()
     changed = _changed_lines(text, _roundtrip(text, lambda d: d["vip"]["base"].__setitem__("rollout.lower", 2)))
     assert len(changed) == 2 and "rollout.lower: 2" in changed[1]
+
+
+def test_the_launcher_is_no_stage_parameter():
+    """Where runs go never marks a result stale: no stage of dvc.yaml lists `launcher` (DVC then
+    ignores it in `dvc status`), and params.yaml's launcher section validates."""
+    import yaml
+
+    stages = yaml.safe_load((ROOT / "dvc.yaml").read_text())["stages"]
+    for name, stage in stages.items():
+        for p in stage.get("params") or []:
+            keys = p if isinstance(p, str) else next(iter(p.values()), [])
+            assert not str(keys).startswith("launcher"), f"stage {name} lists {p}"
+    text = (ROOT / "params.yaml").read_text()
+    assert "launcher:" in text
+    changed = _changed_lines(text, _roundtrip(text, lambda d: d["launcher"].__setitem__("backend", "slurm")))
+    assert len(changed) == 2 and "backend: slurm" in changed[1]
+
+
+def test_a_bad_launcher_section_is_one_line_before_any_stage_runs(tmp_path):
+    import yaml
+
+    from replication.config import ConfigError
+    from replication.stage_params import validate_stage
+
+    params = yaml.safe_load((ROOT / "params.yaml").read_text())
+    params["launcher"] = {"backend": "local", "cpus": 0}
+    bad = tmp_path / "params.yaml"
+    bad.write_text(yaml.safe_dump(params))
+    with pytest.raises(ConfigError, match="launcher.cpus"):
+        validate_stage(bad, "vip")
+    params["launcher"] = {"backnd": "local"}
+    bad.write_text(yaml.safe_dump(params))
+    with pytest.raises(ConfigError, match="unknown key"):
+        validate_stage(bad, "vip")
