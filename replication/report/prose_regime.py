@@ -19,6 +19,7 @@ from pathlib import Path
 import pandas as pd
 import yaml
 
+from replication.report.study_output import read_study_file
 from replication.report.prose_registry import PAPERS, _pts, _summary, block, paper_folder, paper_table
 from replication.report.stats import mean_ci
 
@@ -60,7 +61,7 @@ def _gp_settings(options: dict) -> dict:
 @block("regime-gp-choice")
 def regime_gp_choice(root: Path) -> str:
     """The GP-settings rule applied to the seed-100 study, and whether params.yaml runs its pick."""
-    study = json.loads((root / GP_STUDY).read_text())
+    study = json.loads(read_study_file(root / GP_STUDY).read_text())
     rows = study["rows"]
     ref = next(r for r in rows if r.get("reference"))
     cands = [r for r in rows if not r.get("reference")]
@@ -95,7 +96,7 @@ def _default_mix(root: Path) -> str:
 @block("regime-task-mix")
 def regime_task_mix(root: Path) -> str:
     """The task-mix rule on uniform GRPO runs at seeds 100–103, and whether the default profile runs its pick."""
-    t = pd.read_csv(root / MIX_STUDY)
+    t = pd.read_csv(read_study_file(root / MIX_STUDY))
     lines = ["| task mix (RL train pool = held-out levels) | seeds | gain per seed (pts) | mean [95 % CI] | meets the rule |",
              "|:--|:--|:--|:--|:--|"]
     passing = []
@@ -145,7 +146,7 @@ def gp_synthetic_check(root: Path) -> str:
     """docs/fidelity/vip.md #5/#6: the GP's σ_n² × ε grid on a synthetic pool with known p
     (scripts/gp_synthetic_check.py), its references, and where the code's values and the
     pipeline's GP arms sit in it."""
-    study = json.loads((root / GP_SYNTHETIC).read_text())
+    study = json.loads(read_study_file(root / GP_SYNTHETIC).read_text())
     a, rows = study["args"], study["rows"]
     grid = {(r["options"]["noise"], r["options"]["clip_eps"]): r["mae"] for r in rows
             if r["predictor"] == "gp" and set(r["options"]) == {"noise", "clip_eps"}}

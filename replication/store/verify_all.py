@@ -257,16 +257,21 @@ def _base_model(path: Path) -> str:
     return f"{path}: base model checked, not under a {MANIFEST} (written before manifests): {check_base_model_files(path)}"
 
 
-def _regime(path: Path) -> str:
+def check_study_files(path: Path) -> int:
+    """Every file of a study folder parses (JSON, CSV, Markdown, PNG); returns how many."""
     from replication.store.product_checks import _check_file
 
-    if (path / MANIFEST).is_file():
-        return _sealed(path)
-    files = [f for f in sorted(path.rglob("*")) if f.is_file() and not f.name.startswith(".")]
+    files = [f for f in sorted(path.rglob("*")) if f.is_file() and not f.name.startswith(".") and f.name != MANIFEST]
     for f in files:
         _check_file(f)
-    return (f"{path}: regime study outputs checked, not under a {MANIFEST} (scripts/ write them outside the "
-            f"pipeline): {len(files)} files parse")
+    return len(files)
+
+
+def _regime(path: Path) -> str:
+    if (path / MANIFEST).is_file():
+        return _sealed(path)
+    return (f"{path}: regime study outputs checked, not under a {MANIFEST} (the regime-manifest stage "
+            f"writes it): {check_study_files(path)} files parse")
 
 
 def _not_checked(path: Path) -> str:
