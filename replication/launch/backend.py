@@ -5,6 +5,7 @@
     handle = backend.submit(Job(...))    # local: waits for a free slot, then starts the run
     returncode = backend.wait(handle)    # its resources are freed however it ended
     backend.cancel(handle); backend.cancel_all()   # Ctrl-C / a failed grid
+    backend.expect(n)                    # batching backends (slurm): n submits form one job array
 
 A ``Job`` carries the trainer's command as ``run_cache.train_command`` builds it
 (``python -m replication train ...``), the run's own environment, its shape and its log. The
@@ -65,9 +66,16 @@ class Backend(abc.ABC):
     """Places runs somewhere; the grid neither knows nor cares where."""
 
     name = "?"
+    batches = False
+    """True for a backend that submits runs to a scheduler's queue (``slurm``): the grid then
+    hands it every missing run at once (``expect``, then one ``submit`` per run) so that they go
+    as one submission, and lets the others finish when one fails (they are independent jobs)."""
 
     def __init__(self, config: LauncherConfig) -> None:
         self.config = config
+
+    def expect(self, n: int) -> None:
+        """``n`` runs are about to be submitted (a batching backend gathers them; others ignore it)."""
 
     @abc.abstractmethod
     def check(self, shape: RunShape) -> None:

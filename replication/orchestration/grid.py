@@ -15,6 +15,7 @@ The returned ``PaperRun`` (``replication.report.pipeline``) holds the tidy frame
 from __future__ import annotations
 
 import concurrent.futures as cf
+import sys
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -93,6 +94,10 @@ def run_grid(
         for one in set(shapes):  # a run the launcher can never place stops the grid before any compute
             backend.check(one)
         at_once = min(len(todo), min(backend.capacity(one) for one in set(shapes)) if workers is None else workers)
+        if backend.batches:  # a scheduler queues them: every run is submitted at once, as one array
+            at_once = len(todo)
+            backend.expect(len(todo))
+        failed: list[Exception] = []
         # Ctrl-C / SIGTERM (RunGuard): queued runs never start, running ones are terminated (the
         # launcher cancels them); finished runs and checkpoints stay in the cache, so running
         # the grid again resumes it. A failed run stops the grid the same way.
@@ -104,11 +109,21 @@ def run_grid(
                            for a, s in todo}
                 for fut in cf.as_completed(futures):
                     arm, seed = futures[fut]
-                    run_dir = fut.result()
+                    try:
+                        run_dir = fut.result()
+                    except Exception as e:  # a scheduler's jobs are independent: collect the others first
+                        if not backend.batches:
+                            raise
+                        failed.append(e)
+                        print(f"run {arm.name} s{seed} failed:\n{e}", file=sys.stderr, flush=True)
+                        continue
                     dest = out_dir / _slug(arm.name) / f"s{seed}"
                     export_run(run_dir, dest, keys[arm.name, seed])
                     rows.append({"arm": arm.name, "seed": seed, "dir": str(dest)})
                     bar.update(1)
+            if failed:
+                raise failed[0] if len(failed) == 1 else RuntimeError(
+                    f"{len(failed)} runs failed:\n\n" + "\n\n".join(str(e) for e in failed)) from failed[0]
         except BaseException:
             guard.terminate_all()
             backend.cancel_all()
