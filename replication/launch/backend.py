@@ -77,6 +77,11 @@ class Backend(abc.ABC):
     def expect(self, n: int) -> None:
         """``n`` runs are about to be submitted (a batching backend gathers them; others ignore it)."""
 
+    def settled(self) -> None:
+        """The calling thread's run is over (the grid calls it after each ``ensure_run``): if it
+        never reached ``submit`` (found finished, or failed before), a batching backend stops
+        waiting for it."""
+
     @abc.abstractmethod
     def check(self, shape: RunShape) -> None:
         """Raise ConfigError if a run of this shape can never be placed (before any compute)."""

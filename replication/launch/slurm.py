@@ -8,10 +8,10 @@ How it works, and why:
 
 - **One array.** The grid tells the backend how many runs it will submit (``expect``) and calls
   ``submit`` once per run from its waiter threads, as for the local backend. The backend gathers
-  them and submits them together with ``submitit``'s ``map_array`` (one ``sbatch --array``),
-  flushing when every expected run has arrived, or ``gather_s`` after the last one arrived (a run
-  that turned out finished, or failed to prepare, never arrives). Runs of different shapes go as
-  one array per shape: an array has one set of resources.
+  them and submits them together with ``submitit``'s ``map_array`` (one ``sbatch --array``) once
+  every expected run has either arrived or been reported ``settled`` without arriving (found
+  finished by another writer, or failed to prepare); ``gather_s`` is a safety net. Runs of
+  different shapes go as one array per shape: an array has one set of resources.
 - **The same command.** Each job runs ``python -m replication train ...`` exactly as the local
   backend would (``launch.slurm_job``), torchrun in front for a multi-process run, so the key —
   made from the command from ``train`` on and the shape — never depends on placement.
@@ -41,7 +41,8 @@ How it works, and why:
 ``folder``         where submitit writes job scripts, pickles and logs (default ``.cache/slurm``);
                    it must be on a file system the compute nodes share, like the run cache
 ``poll_s``         seconds between two ``sacct`` calls (default 5)
-``gather_s``       seconds to wait for more runs before submitting a partial array (default 5)
+``gather_s``       a safety net: seconds after the last arrival to submit a partial array when an
+                   expected run neither arrives nor is reported settled (default 60)
 ``signal_delay_s`` SLURM's warning signal before the time limit (submitit's ``--signal``;
                    default 120; it must be below the limit minus 30 s and the start-up, docs/slurm.md)
 =================  ================================================================================
@@ -140,11 +141,12 @@ class SlurmBackend(Backend):
         self.extra = sbatch_lines(self.options.get("sbatch") or [])
         self.folder = Path(self.options.get("folder") or ".cache/slurm").resolve()
         self.poll_s = float(self.options.get("poll_s") or 5)
-        self.gather_s = float(self.options.get("gather_s") or 5)
+        self.gather_s = float(self.options.get("gather_s") or 60)
         self.host = socket.gethostname()
         self._cond = threading.Condition()
         self._pending: list[dict] = []
         self._expected = 0
+        self._local = threading.local()
         self._last_arrival = 0.0
         self._submitting = False
         self._stopped = False
@@ -170,6 +172,13 @@ class SlurmBackend(Backend):
         """``n`` more runs are coming: gather them into one array."""
         with self._cond:
             self._expected += n
+
+    def settled(self) -> None:
+        with self._cond:
+            if not getattr(self._local, "submitted", False):
+                self._expected = max(0, self._expected - 1)
+                self._cond.notify_all()
+            self._local.submitted = False
 
     def parameters(self, shape: RunShape) -> dict[str, Any]:
         """submitit's SlurmExecutor parameters for runs of ``shape`` (the sbatch resources)."""
@@ -207,6 +216,7 @@ class SlurmBackend(Backend):
         if sep and pid == str(os.getpid()):
             env[LOCK_ENV] = remote_lock_value(os.getpid(), self.host, folder)
         slot = {"job": job, "env": env, "handle": None, "error": None}
+        self._local.submitted = True
         with self._cond:
             if self._stopped:
                 raise LaunchStopped(f"run {job.name} not submitted: the grid was stopped")
@@ -291,8 +301,10 @@ class SlurmBackend(Backend):
                 seen = {}
             with self._cond:
                 for jid in self._states:
-                    if jid in seen:
-                        self._states[jid] = seen[jid]
+                    # an array cancelled before any task started is one record, its bare id
+                    state = seen.get(jid) or seen.get(jid.split("_")[0])
+                    if state:
+                        self._states[jid] = state
         with self._cond:
             states = dict(self._states)
             line = self._summary(states)

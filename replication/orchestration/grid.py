@@ -104,9 +104,14 @@ def run_grid(
         pool, guard = cf.ThreadPoolExecutor(max_workers=max(1, at_once)), RunGuard()
         try:
             with guard, tqdm(total=len(todo), desc="runs") as bar:
-                futures = {pool.submit(ensure_run, profile, a.overrides, s, steps, cache, a.name, guard, digests,
-                                       launcher=backend, shape=shape): (a, s)
-                           for a, s in todo}
+                def train(arm: Arm, seed: int):
+                    try:
+                        return ensure_run(profile, arm.overrides, seed, steps, cache, arm.name, guard, digests,
+                                          launcher=backend, shape=shape)
+                    finally:
+                        backend.settled()  # a run that never reached the launcher: do not wait for it
+
+                futures = {pool.submit(train, a, s): (a, s) for a, s in todo}
                 for fut in cf.as_completed(futures):
                     arm, seed = futures[fut]
                     try:

@@ -62,6 +62,33 @@ def test_sacct_states_with_pending_ranges():
                                  "13": "CANCELLED", "14_5": "PENDING", "14_7": "PENDING"}
 
 
+def test_runs_are_gathered_into_one_submission(tmp_path, monkeypatch):
+    """Every expected run that arrives goes in one batch; one that settles without arriving (found
+    finished, or failed before the launcher) is not waited for."""
+    from replication.launch.backend import Handle, Job
+
+    b = SlurmBackend(LauncherConfig(backend="slurm"))
+    batches: list = []
+
+    def fake_submit(batch):
+        batches.append([s["job"].name for s in batch])
+        for s in batch:
+            s["handle"] = Handle(job=s["job"], job_id=f"7_{len(batches)}")
+
+    monkeypatch.setattr(b, "_submit_batch", fake_submit)
+    b.expect(3)
+    job = lambda n: Job(name=n, command=["python", "-m", "replication", "train"], env={}, shape=RunShape(),
+                        log=tmp_path / f"{n}.log")
+    t0 = time.monotonic()
+    threads = [threading.Thread(target=lambda n=n: (b.submit(job(n)), b.settled())) for n in ("a", "b")]
+    threads.append(threading.Thread(target=b.settled))  # the third never reaches submit
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=20)
+    assert [sorted(x) for x in batches] == [["a", "b"]] and time.monotonic() - t0 < 10
+
+
 HOLD = """
 import sys, time
 from replication.store.lock import hold_writer_lock
@@ -125,7 +152,7 @@ def slurm():
 
 def _launcher(root: Path, name: str) -> dict:
     return {"backend": "slurm", "options": {"folder": str(root / "slurm"), "job_name": name, "poll_s": 1,
-                                            "gather_s": 2, "time_min": 10}}
+                                            "time_min": 10}}
 
 
 def _sacct(*args: str) -> list[list[str]]:
@@ -217,3 +244,37 @@ def test_a_cancelled_job_is_reported_and_only_it_is_resubmitted(grids, capsys):
     captured = capsys.readouterr()
     assert f"1 already exported here, 0 copied from the published results, 0 from the run cache, 1 to train: {[a for a in ARMS if a not in done][0].name} s1" in captured.out
     assert "submitted 1 run(s) as job" in captured.err
+
+
+@pytest.mark.slow
+def test_stopping_the_grid_cancels_the_array(grids, monkeypatch):
+    """The grid's stop path (RunGuard → ``backend.cancel_all``): every job of the array is
+    cancelled in SLURM and the grid raises GridInterrupted."""
+    from replication.interrupts import GridInterrupted
+
+    root, name = grids["root"], grids["name"] + "-stop"
+    made: list = []
+    real = grid.make_backend
+    monkeypatch.setattr(grid, "make_backend", lambda cfg: made.append(real(cfg)) or made[-1])
+    result: dict = {}
+
+    def run():
+        try:
+            grid.run_grid("smoke", ARMS, [2], root / "stop-out", steps=STEPS, cache=root / "stop-cache",
+                          launcher=_launcher(root, name))
+        except BaseException as e:  # noqa: BLE001
+            result["error"] = e
+
+    t = threading.Thread(target=run)
+    t.start()
+    jobs = _wait(lambda: subprocess.run(["squeue", "-h", "-n", name, "-o", "%i"], capture_output=True,
+                                        text=True).stdout.split(), 60, f"jobs named {name} queued")
+    made[0].cancel_all()
+    t.join(timeout=60)
+    assert not t.is_alive() and isinstance(result.get("error"), GridInterrupted), result
+    array = jobs[0].split("_")[0]
+    rows = _wait(lambda: (r := _sacct("-j", array, "-o", "JobID,State")) and
+                 all(x[1].startswith("CANCELLED") for x in r) and r, 30, f"array {array} cancelled in sacct")
+    # one array of the two runs; cancelled while pending, sacct shows it as one record, its bare id
+    assert sorted(made[0]._handles) == [f"{array}_0", f"{array}_1"]
+    assert {r[0].split("_")[0] for r in rows} == {array}, rows
