@@ -227,7 +227,14 @@ def main(argv: list[str] | None = None) -> int:
     except ConfigError as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
-    except (ValueError, RuntimeError) as e:
+    except NonFiniteError as e:
+        from replication.train.checkpoint import checkpoint_path
+
+        last = checkpoint_path(args.out)
+        kept = f"last good checkpoint kept: {last.parent}" if last else "no checkpoint was written yet"
+        print(f"error: training diverged at {e}; run stopped, {kept}", file=sys.stderr)
+        return 3
+    except (ValueError, RuntimeError) as e:  # NonFiniteError (a RuntimeError) is above
         # a DataError (bad dataset file) or a dataset neither local nor in the hub cache: looked
         # up lazily, since importing replication.tasks here would load the task generators for
         # every command
@@ -236,13 +243,6 @@ def main(argv: list[str] | None = None) -> int:
             raise
         print(f"error: {e}", file=sys.stderr)
         return 2
-    except NonFiniteError as e:
-        from replication.train.checkpoint import checkpoint_path
-
-        last = checkpoint_path(args.out)
-        kept = f"last good checkpoint kept: {last.parent}" if last else "no checkpoint was written yet"
-        print(f"error: training diverged at {e}; run stopped, {kept}", file=sys.stderr)
-        return 3
     except KeyboardInterrupt:
         print("interrupted", file=sys.stderr)
         return 130
@@ -284,8 +284,8 @@ def _main(args: argparse.Namespace) -> int:
         from replication.cli_defaults import note  # a user's run: say where it is not the pipeline's arm
 
         line = note(cfg)
-        if line:
-            print(line, file=sys.stderr, flush=True)
+        if line:  # information, not an error: stdout, so stderr stays the one error line
+            print(line, flush=True)
     if args.cmd == "train":
         from replication.interrupts import die_with_parent
         from replication.train.loop import train

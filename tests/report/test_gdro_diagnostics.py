@@ -170,6 +170,9 @@ def test_weight_signal_by_arm_summarises_runs(tmp_path):
     (tmp_path / "results/gdro/summary.json").write_text(json.dumps({"comparisons": [
         {"arm": "Prompt-GDRO-code", "metric": "average mean@8", "diff": -0.105, "ci_low": -0.113, "ci_high": -0.098,
          "p_holm": 1.7e-07}]}))
+    from replication.store.products import write_products_manifest
+
+    write_products_manifest(tmp_path / "results/gdro")  # as the stage seals it (prose verifies it)
     block = prose.GENERATORS["gdro-weight-signal"](tmp_path)
     assert "| Prompt-GDRO-code | 2 | 30.0 % (0.0–60.0 %) | 2 steps |" in block and "| 25.0 % |" in block
     assert "\u221210.5 pts [\u221211.3, \u22129.8] (Holm p 1.7e-07)" in block
