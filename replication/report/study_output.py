@@ -50,9 +50,18 @@ def seal_study_folder(folder: str | Path) -> str:
     under the folder's writer lock; DamagedArtifact names a file that does not parse."""
     from replication.store.verify_all import check_study_files
 
+    from replication.store import DamagedArtifact
+    from replication.store.manifest import _files
+
     folder = Path(folder)
     with writer_lock(folder, "a study folder's manifest"):
         n = check_study_files(folder)
+        try:  # already sealed over exactly these files: nothing to write (no churn in git)
+            listed = set(verify_manifest(folder, kind=STUDY_KIND)["files"])
+            if listed == {f.relative_to(folder).as_posix() for f in _files(folder)}:
+                return f"{folder}: {n} study files parse; its {MANIFEST} is current"
+        except DamagedArtifact:
+            pass
         write_manifest(folder, kind=STUDY_KIND)
     return f"{folder}: {n} study files parse; sealed ({MANIFEST})"
 
