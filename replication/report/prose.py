@@ -25,12 +25,12 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from replication.report import prose_gdro, prose_regime  # noqa: F401  (register their blocks)
+from replication.report import prose_gdro, prose_regime, prose_reproducibility  # noqa: F401  (register their blocks)
 from replication.report.prose_registry import GENERATORS, PAPERS, _p, _pts, _summary, block, paper_folder, paper_table  # noqa: F401
 from replication.report.stats import MINUS
 from replication.store import write_atomic
 
-PROSE_FILES = ("README.md", "docs/gradient_variance.md", "docs/regime.md", "docs/fidelity/gdro.md",
+PROSE_FILES = ("README.md", "docs/gradient_variance.md", "docs/regime.md", "docs/reproducibility.md", "docs/fidelity/gdro.md",
                "docs/fidelity/vip.md")
 BLOCK = re.compile(r"(<!-- gen:(?P<name>[\w.-]+) -->\n)(?P<body>.*?)(<!-- /gen:(?P=name) -->)", re.S)
 @block("headline")
