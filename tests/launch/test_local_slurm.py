@@ -17,6 +17,8 @@ import time
 from pathlib import Path
 
 import pytest
+from slurm_helpers import sacct as _sacct
+from slurm_helpers import wait_for as _wait
 
 REQUIRED = os.environ.get("REPLICATION_REQUIRE_SLURM") == "1"
 START_HINT = "start it with `bash scripts/local_slurm.sh start` (docs/slurm.md)"
@@ -88,19 +90,8 @@ def _executor(submitit, folder: Path, **params):
     return ex
 
 
-def _sacct(*args: str) -> list[list[str]]:
-    out = _run("sacct", "-n", "-P", "-X", *args)
-    return [line.split("|") for line in out.splitlines() if line.strip()]
 
 
-def _wait(predicate, timeout: float, what: str, step: float = 0.5):
-    t0 = time.monotonic()
-    while time.monotonic() - t0 < timeout:
-        value = predicate()
-        if value:
-            return value
-        time.sleep(step)
-    raise AssertionError(f"{what} not within {timeout:.0f} s")
 
 
 # ---------------------------------------------------------------- functions the jobs run

@@ -23,6 +23,8 @@ import time
 from pathlib import Path
 
 import pytest
+from slurm_helpers import sacct as _sacct
+from slurm_helpers import wait_for as _wait
 
 from dist_helpers import _close, _jsonl
 from replication.config import ConfigError
@@ -155,19 +157,8 @@ def _launcher(root: Path, name: str) -> dict:
                                             "time_min": 10}}
 
 
-def _sacct(*args: str) -> list[list[str]]:
-    out = subprocess.run(["sacct", "-n", "-P", "-X", *args], capture_output=True, text=True, check=True).stdout
-    return [line.split("|") for line in out.splitlines() if line.strip()]
 
 
-def _wait(predicate, timeout: float, what: str, step: float = 0.5):
-    t0 = time.monotonic()
-    while time.monotonic() - t0 < timeout:
-        value = predicate()
-        if value:
-            return value
-        time.sleep(step)
-    raise AssertionError(f"{what} not within {timeout:.0f} s")
 
 
 @pytest.fixture(scope="module")
