@@ -284,8 +284,9 @@ def _main(args: argparse.Namespace) -> int:
         from replication.cli_defaults import note  # a user's run: say where it is not the pipeline's arm
 
         line = note(cfg)
-        if line:  # information, not an error: stdout, so stderr stays the one error line
-            print(line, flush=True)
+        if line:  # information: stdout for train (stderr stays the one error line), stderr for
+            # dry-run, whose stdout is its JSON plan
+            print(line, file=sys.stderr if args.cmd == "dry-run" else sys.stdout, flush=True)
     if args.cmd == "train":
         from replication.interrupts import die_with_parent
         from replication.train.loop import train

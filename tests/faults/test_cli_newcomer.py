@@ -72,8 +72,8 @@ def test_a_run_unlike_the_pipeline_arm_says_so_and_the_arm_itself_does_not():
 
     r = run_cli("dry-run", "--profile", "default", "--set", "allocator.name=vip", "--set", "rl.estimator=rloo")
     assert r.returncode == 0, r.stderr
-    lines = [ln for ln in r.stdout.splitlines() if ln.startswith("note:")]
-    assert len(lines) == 1 and "vip/RLOO+VIP" in lines[0] and "embedder" in lines[0], r.stdout
+    lines = [ln for ln in r.stderr.splitlines() if ln.startswith("note:")]  # dry-run: stdout is JSON
+    assert len(lines) == 1 and "vip/RLOO+VIP" in lines[0] and "embedder" in lines[0], r.stderr
     sec = yaml.safe_load((ROOT / "params.yaml").read_text())["vip"]
     arm = {**sec["base"], **sec["arms"]["RLOO+VIP"], "seed": 0}
     assert note(load_profile("default", arm)) is None
