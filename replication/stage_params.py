@@ -23,7 +23,21 @@ PUBLISHED_PROFILE = "default"
 
 PAPER_STAGES = ("vip", "dynamo", "gdro")
 STAGES = ("base", *PAPER_STAGES, "report")
-SECTION_KEYS = {"seeds", "main", "run", "steps", "baseline", "base", "arms"}
+SECTION_KEYS = {"seeds", "main", "run", "steps", "baseline", "base", "arms", "shape", "scales"}
+SCALES = ("small", "rehearsal", "paper")
+"""params.yaml's ``scale``: ``small`` (the CPU analogue, the published default), ``rehearsal``
+(each paper profile shrunk to what 2 CPU cores run: SmolLM2, fixtures of the real schemas),
+``paper`` (the papers' own setups, on GPUs)."""
+SMALL = "small"
+SCALE_KEYS = {"profile", "seeds", "main", "run", "steps", "baseline", "base", "arms", "shape"}
+"""What a paper section's ``scales.<scale>`` entry may set: ``profile`` (required at rehearsal and
+paper scale, refused at small, whose profile is params.yaml's ``profile``) and the section's own
+keys, which replace the small-scale ones; ``arms`` is merged into the arms: an arm it names has its
+overrides merged key by key (nested mappings too, so ``{allocator.options: {bandwidth: null}}``
+resets one option and keeps the others), an arm it adds is new. The ``small`` entry exists (DVC
+lists ``<paper>.scales.${scale}`` among the stage's parameters) and is normally empty."""
+RESERVED_PROFILE_PREFIXES = ("paper-", "rehearsal-")
+"""Profiles that belong to a scale: chosen by ``scale``, never given as ``profile``."""
 
 
 def load_params(params_file: str | Path | None = None) -> dict[str, Any]:
@@ -75,8 +89,87 @@ def profile_spec(params: dict, path: str | Path = "params.yaml") -> str:
     return file.as_posix()
 
 
+def scale_of(params: dict, path: str | Path = "params.yaml") -> str:
+    """params.yaml's ``scale`` (``small`` when absent), checked against ``profile``: a paper or
+    rehearsal profile is chosen by the scale, never as ``profile``, and ``profile`` tries other
+    small-scale setups only (at another scale it must stay ``default``)."""
+    scale = params.get("scale", SMALL)
+    if scale is None:
+        scale = SMALL
+    if scale not in SCALES:
+        raise ConfigError(f"{path}: scale: {scale!r} is not a scale; one of {list(SCALES)}")
+    profile = params.get("profile", PUBLISHED_PROFILE)
+    if isinstance(profile, str) and profile.startswith(RESERVED_PROFILE_PREFIXES):
+        wanted = profile.split("-", 1)[0]
+        raise ConfigError(f"{path}: profile: {profile!r} belongs to a scale; choose it with `scale: {wanted}` "
+                          f"(dvc exp run -S scale={wanted}), which also picks each paper's own profile, seeds and arms")
+    custom_dir = Path(params.get("profile_dir") or BUILTIN_PROFILE_DIR).as_posix().rstrip("/") != BUILTIN_PROFILE_DIR
+    if scale != SMALL and (profile != PUBLISHED_PROFILE or custom_dir):
+        raise ConfigError(f"{path}: profile: {profile!r} together with scale {scale!r}; `profile` tries other "
+                          f"small-scale setups only; at scale {scale!r} each paper's profile comes from its "
+                          f"section's `scales.{scale}` (leave profile: {PUBLISHED_PROFILE})")
+    return scale
+
+
+def section_at_scale(params: dict, section: str, path: str | Path = "params.yaml") -> dict[str, Any]:
+    """A paper section as the scale resolves it: the section's own keys at ``small`` (its profile
+    params.yaml's ``profile``), else its ``scales.<scale>`` entry over them (see SCALE_KEYS), with
+    that entry's profile. The result holds ``profile`` (as ``load_profile`` takes it) and
+    ``scale``, never ``scales``."""
+    scale = scale_of(params, path)
+    sec = params.get(section)
+    if not isinstance(sec, dict):
+        raise ConfigError(f"{path}: {section}: missing or not a mapping")
+    scales = sec.get("scales") or {}
+    if not isinstance(scales, dict):
+        raise ConfigError(f"{path}: {section}.scales: expected a mapping of scale → settings")
+    for name, entry in scales.items():
+        if name not in SCALES:
+            raise ConfigError(f"{path}: {section}.scales.{name}: not a scale; one of {list(SCALES)}")
+        if not isinstance(entry, dict):
+            raise ConfigError(f"{path}: {section}.scales.{name}: expected a mapping")
+        unknown = sorted(set(entry) - SCALE_KEYS)
+        if unknown:
+            raise ConfigError(f"{path}: {section}.scales.{name}.{unknown[0]}: unknown key; allowed: {sorted(SCALE_KEYS)}")
+        if name == SMALL and "profile" in entry:
+            raise ConfigError(f"{path}: {section}.scales.small.profile: the small scale's profile is params.yaml's "
+                              f"`profile`")
+        if not isinstance(entry.get("arms") or {}, dict):
+            raise ConfigError(f"{path}: {section}.scales.{name}.arms: expected a mapping of arm name → overrides")
+    entry = scales.get(scale)
+    if entry is None:
+        raise ConfigError(f"{path}: {section}.scales.{scale}: missing; DVC lists {section}.scales.${{scale}} among "
+                          f"the stage's parameters" + ("" if scale == SMALL else f", and scale {scale!r} needs the "
+                                                       f"paper's profile, seeds and arms at that scale"))
+    out = {k: v for k, v in sec.items() if k != "scales"}
+    if scale == SMALL:
+        profile = profile_spec(params, path)
+    else:
+        profile = entry.get("profile")
+        if not isinstance(profile, str) or profile not in available_profiles():
+            raise ConfigError(f"{path}: {section}.scales.{scale}.profile: {profile!r} is not a built-in profile; "
+                              f"available: {available_profiles()}")
+    arms = dict(out.get("arms") or {})
+    for name, over in (entry.get("arms") or {}).items():
+        if over is not None and not isinstance(over, dict):
+            raise ConfigError(f"{path}: {section}.scales.{scale}.arms.{name}: expected a mapping of overrides")
+        arms[name] = _merged(arms.get(name) or {}, over or {})
+    out.update({k: v for k, v in entry.items() if k not in ("arms", "profile")})
+    out["arms"], out["profile"], out["scale"] = arms, profile, scale
+    return out
+
+
+def _merged(base: dict, over: dict) -> dict:
+    """``over`` merged into ``base``: nested mappings merged key by key, anything else replaced."""
+    out = dict(base)
+    for k, v in over.items():
+        out[k] = _merged(out[k], v) if isinstance(v, dict) and isinstance(out.get(k), dict) else v
+    return out
+
+
 def _check_top(params: dict, path: Path) -> str:
     """The profile as ``load_profile`` takes it (see ``profile_spec``), validated."""
+    scale_of(params, path)
     profile = profile_spec(params, path)
     load_profile(profile)  # the profile itself validates (YAML syntax, keys, ranges, a file's stem)
     workers = params.get("workers", 2)
@@ -96,13 +189,18 @@ def validate_section(params: dict, section: str, path: str | Path | None = None)
     from replication.paths import params_path
 
     path = params_path(path)
-    profile = _check_top(params, path)
-    sec = params.get(section)
-    if not isinstance(sec, dict):
+    _check_top(params, path)
+    raw = params.get(section)
+    if not isinstance(raw, dict):
         raise ConfigError(f"{path}: {section}: missing or not a mapping")
-    unknown = sorted(set(sec) - SECTION_KEYS)
+    unknown = sorted(set(raw) - SECTION_KEYS)
     if unknown:
         raise ConfigError(f"{path}: {section}.{unknown[0]}: unknown key; allowed: {sorted(SECTION_KEYS)}")
+    sec = section_at_scale(params, section, path)
+    profile, scale = sec.pop("profile"), sec.pop("scale")
+    if scale != SMALL:
+        load_profile(profile)
+        section = f"{section} at scale {scale}"
     from replication.arms import _slug, check_seeds
 
     check_seeds(sec.get("seeds"), f"{path}: {section}.seeds")
@@ -143,6 +241,16 @@ def validate_section(params: dict, section: str, path: str | Path | None = None)
     steps = sec.get("steps")
     if steps is not None and (isinstance(steps, bool) or not isinstance(steps, int) or steps < 1):
         raise ConfigError(f"{path}: {section}.steps: must be null or an integer >= 1, got {steps!r}")
+    shape = sec.get("shape")
+    if shape is not None:
+        from replication.launch.shape import RunShape
+
+        if not isinstance(shape, dict):
+            raise ConfigError(f"{path}: {section}.shape: expected a mapping of RunShape fields")
+        try:
+            RunShape().replaced(shape)
+        except ConfigError as e:
+            raise ConfigError(f"{path}: {section}.{e}") from None
     # resolve every run of the grid exactly as run_grid will
     from replication.arms import select_arms
 

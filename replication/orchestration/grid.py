@@ -143,16 +143,16 @@ def run_grid(
 
 
 def load_section(section: str, params_file: str | Path | None = None) -> dict[str, Any]:
-    """The section, validated first (replication.stage_params): a bad params.yaml stops here,
-    before any output is touched. ``params_file`` None: the repository's (replication.paths)."""
+    """The section as params.yaml's ``scale`` resolves it (``stage_params.section_at_scale``:
+    its profile, seeds, arms and shape at that scale), validated first: a bad params.yaml stops
+    here, before any output is touched. ``params_file`` None: the repository's (replication.paths)."""
     from replication.paths import params_path
-    from replication.stage_params import load_params, profile_spec, validate_section
+    from replication.stage_params import load_params, section_at_scale, validate_section
 
     params_file = params_path(params_file)
     params = load_params(params_file)
     validate_section(params, section, params_file)
-    sec = dict(params[section])
-    sec["profile"] = profile_spec(params, params_file)  # a built-in name, or <profile_dir>/<profile>.yaml
+    sec = section_at_scale(params, section, params_file)  # profile: a built-in name, or <profile_dir>/<profile>.yaml
     sec["workers"] = int(params.get("workers", 2))
     return sec
 
@@ -194,6 +194,7 @@ def run_paper(section: str, params_file: str | Path | None = None, out_root: str
     if profile:
         sec["profile"] = profile
     arm_list, seed_list = select_arms(sec, overrides, seeds, arms)
+    shape = {**(sec.get("shape") or {}), **(shape or {})}  # the scale's declared shape, the notebook's over it
     out, products = claim_output(section, place, out_root)
     n_steps = steps if steps is not None else sec.get("steps")
     published = [] if place.published else [Path(RESULTS) / section / "runs"]  # a trial reuses them

@@ -35,7 +35,8 @@ from replication.config import ConfigError, load_profile
 from replication.config.profiles import is_profile_file
 from replication.orchestration.workspace import (LOCK_ENV, PRODUCTS_ENV, PUBLISHED_PROFILE, RESULTS, WORKSPACE,
                                                  committed_params, stage_marker)
-from replication.stage_params import PAPER_STAGES, STAGES, load_params, profile_spec, validate_stage
+from replication.stage_params import (PAPER_STAGES, SMALL, STAGES, load_params, profile_spec, scale_of,
+                                      validate_stage)
 from replication.store.lock import is_lock_file
 from replication.store.manifest import MANIFEST
 
@@ -55,6 +56,9 @@ def destination(stage: str, params_file: str | Path, params: dict) -> tuple[Path
     dvc.yaml declares as ``workspace/${profile}/...``."""
     from replication.config.profiles import profile_name
 
+    scale = scale_of(params, params_file)
+    if scale != SMALL:  # dvc.yaml's workspace/${scale}/...: the scale's own place, never results/
+        return WORKSPACE / scale / TRIAL_NAME[stage], False
     profile = profile_name(profile_spec(params, params_file))
     if profile != PUBLISHED_PROFILE:
         return WORKSPACE / profile / TRIAL_NAME[stage], False
@@ -69,19 +73,29 @@ def destination(stage: str, params_file: str | Path, params: dict) -> tuple[Path
     return PUBLISHED[stage], True
 
 
+STAND_IN_FOLDERS = ((PUBLISHED_PROFILE, "profile"), (SMALL, "scale"))
+"""The committed stand-ins: dvc.yaml declares every stage's trial outputs twice, under
+``workspace/${profile}/`` (a small-scale trial) and ``workspace/${scale}/`` (another scale);
+exactly one of the two is a real trial, and for the published default neither is:
+``workspace/default/`` and ``workspace/small/`` stand in for them."""
+
+
 def _write_marker(stage: str) -> None:
-    """The committed stand-in for ``workspace/default/<stage>`` (see workspace.stage_marker)."""
+    """The committed stand-ins for the declared trial outputs a stage does not write (see
+    STAND_IN_FOLDERS and workspace.stage_marker), left as they are when already current."""
     from replication.store import write_atomic
 
-    path = WORKSPACE / PUBLISHED_PROFILE / TRIAL_NAME[stage]
-    if stage != "report":
-        path = path / "README.md"
-    text = stage_marker(stage, TRIAL_NAME[stage], str(PUBLISHED[stage]) + ("" if stage == "report" else "/"))
-    if not path.exists() or path.read_text() != text:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        write_atomic(path, text)
-    if stage in PAPER_STAGES:
-        _paper_stand_ins(path.parent, stage)
+    for folder, var in STAND_IN_FOLDERS:
+        path = WORKSPACE / folder / TRIAL_NAME[stage]
+        if stage != "report":
+            path = path / "README.md"
+        text = stage_marker(stage, TRIAL_NAME[stage], str(PUBLISHED[stage]) + ("" if stage == "report" else "/"),
+                            folder=folder, var=var)
+        if not path.exists() or path.read_text() != text:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            write_atomic(path, text)
+        if stage in PAPER_STAGES:
+            _paper_stand_ins(path.parent, stage)
 
 
 def _paper_stand_ins(folder: Path, paper: str) -> None:
@@ -117,13 +131,15 @@ def run_stage(stage: str, params_file: str | Path = "params.yaml") -> int:
     from replication.store import writer_lock
 
     with writer_lock(dest, what=f"stage {stage}"):
-        if published:
-            _write_marker(stage)
+        _write_marker(stage)  # the declared trial outputs this stage does not write (STAND_IN_FOLDERS)
         if stage in PAPER_STAGES:
             return _paper_stage(stage, params_file, dest, spec)
         _die_with_launcher(stage)  # the base stage's SFT subprocess must not outlive dvc either
         if stage == "report":
             return _report_stage(dest, published)
+        scale = scale_of(params, params_file)
+        if scale != SMALL:
+            return _scale_base_stage(scale, params, params_file, dest)
         return _base_stage(spec, dest, published)
 
 
@@ -170,6 +186,42 @@ def _base_stage(profile: str, dest: Path, published: bool) -> int:
     dest.mkdir(parents=True, exist_ok=True)
     write_atomic(dest / "README.md", note)
     print(note.splitlines()[2])
+    return 0
+
+
+def _scale_base_stage(scale: str, params: dict, params_file: str | Path, dest: Path) -> int:
+    """The base models of a scale's paper profiles (``section_at_scale``): at ``rehearsal`` the
+    SmolLM2 conversion (``prepare-model``, once per model folder); at ``paper`` the hub models,
+    which must be pinned by the hub lock file ``python -m replication prefetch --scale paper``
+    writes (runs load them offline at that commit, and their keys hold it). ``dest/MODELS.json``
+    records each paper's profile, model and revision."""
+    import json
+
+    from replication.store import write_atomic
+    from replication.store.run_key import UNPINNED, hub_revisions
+    from replication.config import to_dict
+    from replication.stage_params import section_at_scale
+
+    models, built = {}, set()
+    for paper in PAPER_STAGES:
+        profile = section_at_scale(params, paper, params_file)["profile"]
+        cfg = load_profile(profile)
+        entry = {"profile": profile, "source": cfg.model.source, "model": cfg.model.path}
+        if cfg.model.source == "hub":
+            revisions = hub_revisions(to_dict(cfg))
+            missing = sorted(k for k, v in revisions.items() if v == UNPINNED)
+            if missing:
+                raise ConfigError(f"stage base at scale {scale}: {', '.join(missing)} not pinned (no revision in the "
+                                  f"profile or the hub lock file): run `python -m replication prefetch --scale {scale}` "
+                                  f"on a machine that reaches the hub first (docs/paper_scale.md)")
+            entry["revisions"] = revisions
+        elif cfg.model.path not in built:
+            subprocess.run([sys.executable, "-m", "replication", "prepare-model", "--profile", profile], check=True)
+            built.add(cfg.model.path)
+        models[paper] = entry
+    dest.mkdir(parents=True, exist_ok=True)
+    write_atomic(dest / "MODELS.json", json.dumps({"scale": scale, "papers": models}, indent=1, sort_keys=True) + "\n")
+    print(f"stage base at scale {scale}: " + "; ".join(f"{p}: {e['model']}" for p, e in models.items()))
     return 0
 
 

@@ -3,7 +3,8 @@ git-ignored folder under workspace/ (issue 18, "trying things never touches the 
 
 results/ holds what the README and docs/ quote, so only one configuration may write it: profile
 ``default`` with params.yaml's sections as committed and no notebook parameter set. Anything else
-is a trial and writes ``workspace/<name>/<paper>/``, where <name> is the profile's name (a profile
+is a trial and writes ``workspace/<name>/<paper>/``, where <name> is the scale at another scale
+than ``small`` (``workspace/paper/``, ``workspace/rehearsal/``), else the profile's name (a profile
 file's stem, params.yaml's ``profile`` with ``profile_dir``) alone when only the
 profile differs (what ``dvc exp run -S profile=quick`` gives, and what the DVC stages declare as
 ``workspace/${profile}/<paper>``) and ``<profile>-<8 hex>`` when notebook parameters or an edited
@@ -87,10 +88,13 @@ def paper_place(section: str, params_file: str | Path, params: dict, *, profile:
     profile chosen outside it (notebook parameter); ``notebook``: the other notebook parameters
     (None or empty = not set)."""
     from replication.config.profiles import profile_name
-    from replication.stage_params import profile_spec
+    from replication.stage_params import SMALL, profile_spec, scale_of
 
+    scale = scale_of(params, params_file)
     chosen = profile or profile_spec(params, params_file)  # a name, or a profile file named by its stem
     differs: dict[str, Any] = {}
+    if scale != SMALL:
+        differs["scale"] = scale
     if chosen != PUBLISHED_PROFILE:
         differs["profile"] = chosen
     committed = committed_params(params_file)
@@ -101,8 +105,9 @@ def paper_place(section: str, params_file: str | Path, params: dict, *, profile:
             differs[key] = value
     if not differs:
         return Place(RESULTS, True, {})
-    name = profile_name(chosen)  # workspace/<stem>/, never a path with slashes
-    extra = {k: v for k, v in differs.items() if k != "profile"}
+    # workspace/<scale>/ at another scale (its profiles are the scale's), else workspace/<profile stem>/
+    name = scale if scale != SMALL else profile_name(chosen)
+    extra = {k: v for k, v in differs.items() if k not in ("profile", "scale")}
     if extra:
         if committed is not None and f"params.yaml {section}" in extra:
             extra[f"params.yaml {section}"] = params.get(section)  # the hash covers the edit itself
@@ -142,20 +147,22 @@ def claim_output(section: str, place: Place, out_root: str | Path | None = None)
     return out, products
 
 
-def stage_marker(stage: str, name: str, dest: str) -> str:
-    """Text of ``workspace/default/<name>`` (committed): DVC declares every stage's per-profile
-    output under ``workspace/${profile}/``; for the default profile those paths only say where
-    the published outputs are."""
+def stage_marker(stage: str, name: str, dest: str, folder: str = PUBLISHED_PROFILE, var: str = "profile") -> str:
+    """Text of ``workspace/<folder>/<name>`` (committed): DVC declares every stage's trial outputs
+    under ``workspace/${profile}/`` (a small-scale trial) and ``workspace/${scale}/`` (another
+    scale); for the default profile (``folder`` default) and the small scale (``folder`` small)
+    those paths only stand in (``orchestration.stage.STAND_IN_FOLDERS``)."""
     if stage in ("base", "report"):
-        declared = f"`workspace/${{profile}}/{name}`"
+        declared = f"`workspace/${{{var}}}/{name}`"
         stands = "this\nfile stands in for it. "
     else:  # a paper: its summary is a metrics output of its own (DVC forbids overlapping outputs)
-        declared = (f"`workspace/${{profile}}/{name}/MANIFEST.json` and, as metrics,\n"
-                    f"`workspace/${{profile}}/{name}/summary.json`")
+        declared = (f"`workspace/${{{var}}}/{name}/MANIFEST.json` and, as metrics,\n"
+                    f"`workspace/${{{var}}}/{name}/summary.json`")
         stands = ("the two files\nbeside this one stand in for them (an empty summary: the published "
                   f"metrics are `{dest}summary.json`).\n")
-    return (f"# workspace/default/{name}\n\n"
+    who = "the default profile" if var == "profile" else "the small scale"
+    return (f"# workspace/{folder}/{name}\n\n"
             f"The default profile publishes the `{stage}` stage into `{dest}` (committed). DVC declares\n"
-            f"the stage's trial output as {declared}; for the default profile {stands}"
+            f"the stage's trial output as {declared}; for {who} {stands}"
             f"Trials (other profiles, notebooks with other parameters) write\n"
-            f"`workspace/<profile>[-<hash>]/` instead; see README, \"Trying things\".\n")
+            f"`workspace/<profile>[-<hash>]/`, another scale `workspace/<scale>/`; see README, \"Trying things\".\n")
