@@ -1,4 +1,4 @@
-"""Online difficulty classifier of GDRO (gdro.md, "Online difficulty classifier").
+"""Online difficulty classifier of GDRO (docs/papers/gdro.md, "Online difficulty classifier").
 
 After every step each prompt that was rolled out gets an indicator c(x) = 1 if ANY of its
 rollouts at that step was correct. The prompt's difficulty estimate is the mean of c over its

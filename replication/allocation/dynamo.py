@@ -1,6 +1,6 @@
 """DynaMO's Dynamic Rollout Allocation (DRA): more rollouts to prompts whose rewards vary.
 
-Paper: arXiv 2602.19208 (../shared/papers/dynamo.md); official code GithubX-F/DynaMO-RL
+Paper: arXiv 2602.19208 (docs/papers/dynamo.md); official code GithubX-F/DynaMO-RL
 (recipe/dynamo). Every prompt id keeps its cumulative history (G_i rollouts, k_i successes);
 P_i = k_i (G_i - k_i) / (G_i (G_i - 1)) is the unbiased Bernoulli variance. The README calls
 P_i "a proxy for sigma_i", so n_i ∝ P_i (as the official code allocates) is the default; the

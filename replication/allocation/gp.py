@@ -1,6 +1,6 @@
 """VIP's success-probability predictor: a recursive Gaussian process over prompt embeddings.
 
-Model (paper, Sec. "success-probability predictor"; see ../shared/papers/vip.md): the latent
+Model (docs/papers/vip.md, "Success-probability predictor"; paper body not read): the latent
 g_q = logit(p_q) of every pool prompt is a GP with RBF kernel K(x, x') = exp(−‖x−x'‖²/(2h²)) on
 unit-norm prompt embeddings. After a step with batch B, each prompt's empirical success rate
 p̂ = clip(k/n, ε, 1−ε) gives a Gaussian observation ĝ = logit(p̂) with noise σ_n², and the mean

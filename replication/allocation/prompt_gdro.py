@@ -1,4 +1,5 @@
-"""Prompt-GDRO, the data adversary of GDRO: per-bin advantage weights (gdro.md, "Prompt-GDRO").
+"""Prompt-GDRO, the data adversary of GDRO: per-bin advantage weights (docs/papers/gdro.md,
+"Prompt-GDRO").
 
 Not an allocator: it re-weights the advantages of the rollouts the allocator already produced
 (compute-neutral, no resampling). Per step t, over the B difficulty bins:

@@ -1,4 +1,4 @@
-"""Rollout-GDRO, the compute adversary of GDRO (gdro.md, "Rollout-GDRO").
+"""Rollout-GDRO, the compute adversary of GDRO (docs/papers/gdro.md, "Rollout-GDRO").
 
 Every difficulty bin b (DifficultyClassifier, keyed by prompt id) runs its own EXP3P over the
 arms n ∈ {n_min, ..., n_max} (paper 2..12). The arm loss is the Lagrangian

@@ -1,4 +1,4 @@
-"""Exact solvers for VIP's allocation problem (arXiv 2602.01601; ../shared/papers/vip.md).
+"""Exact solvers for VIP's allocation problem (arXiv 2602.01601; docs/papers/vip.md).
 
     minimise  sum_q a_q f(n_q)   s.t.  sum_q n_q = C,  L <= n_q <= U,   a_q = p_q(1-p_q) >= 0
 

@@ -1,6 +1,6 @@
 """Per-prompt gradient-variance formulas under binary rewards, and the estimator registry.
 
-Model (VIP, arXiv 2602.01601; ../shared/papers/vip.md): reward R in {-1,+1} with P(R=+1)=p,
+Model (VIP, arXiv 2602.01601; docs/papers/vip.md): reward R in {-1,+1} with P(R=+1)=p,
 on-policy, no KL, a scalar projection Z of the score function with variance s^2, independent of
 R and across rollouts. A group of n rollouts gives g = (1/n) sum_i A_i Z_i. Then
 Var(g) = (s^2/n^2) E[sum_i A_i^2], and for the estimators below

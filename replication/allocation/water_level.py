@@ -1,10 +1,10 @@
 """Neyman-type allocations: the bounded water level and the square-root law, plus the
 largest-remainder rounding that turns a feasible real allocation into exact integer counts.
 
-- DynaMO (arXiv 2602.19208; ../shared/papers/dynamo.md): minimising sum_i sigma_i^2 / n_i with
+- DynaMO (arXiv 2602.19208; docs/papers/dynamo.md): minimising sum_i sigma_i^2 / n_i with
   sum n_i = B and G_min <= n_i <= G_max gives the water level n_i = clip(c sigma_i, G_min,
   G_max), c chosen so the counts sum to B.
-- GDRO (arXiv 2601.19280, Thm 4.2; ../shared/papers/gdro.md): minimising sum_b q_b v_b / n_b
+- GDRO (arXiv 2601.19280, Thm 4.2; docs/papers/gdro.md): minimising sum_b q_b v_b / n_b
   with sum_b q_b n_b = n_bar gives n_b = n_bar sqrt(v_b) / sum_j q_j sqrt(v_j).
 """
 

@@ -2,7 +2,8 @@
 
 Llama (or Qwen2) from config with 2 layers, hidden 128, 4 heads, MLP 384 and tied embeddings is
 ~0.43M parameters on the 22-symbol character vocabulary: ~4-5k short rollouts/s on 2 CPU threads.
-A 4 x 192 model (1.8M) was 3-4x slower and worse after equal wall-clock (shared/notes/tiny-loop.md).
+A 4 x 192 model (1.8M) was 3-4x slower and worse after equal wall-clock
+(docs/papers/measurements.md).
 Because it is a stock architecture, everything downstream (save/load, KV cache, the rollout
 engine, the RL loss) is the code path a Qwen2.5-Math checkpoint takes at paper scale.
 """

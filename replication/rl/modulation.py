@@ -1,4 +1,4 @@
-"""DynaMO token-level advantage modulation (dynamo.md section B).
+"""DynaMO token-level advantage modulation (docs/papers/dynamo.md, section B).
 
     A_final = A · β_comp · β_stab       (factors detached, applied before the PPO-clip loss)
 

@@ -1,6 +1,6 @@
 """The evidence store: every artifact on disk (a run folder, a cache entry, an export, a
 measurement, a stage's outputs) has one writer, is written beside its place and renamed in, and
-carries a manifest that readers verify (../shared/DESIGN.md, issue 18).
+carries a manifest that readers verify (docs/faults.md, *Evidence on disk*; issue 18).
 
     with writer_lock(dest):                       # a second writer gets LockHeld naming the holder
         with staged_dir(dest, kind="run-export", extra={"steps": 300}) as tmp:

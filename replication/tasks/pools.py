@@ -9,7 +9,7 @@ the evaluator leaves it out of the "average" and "pooled" headline rows
 (``replication.evaluate.metrics.headline_sets``) and every table shows it under that name.
 
 A large train pool matters: with 256 prompts GRPO memorised the pool and held-out accuracy fell;
-with 8,192 it generalised (shared/notes/tiny-loop.md).
+with 8,192 it generalised (docs/papers/measurements.md).
 """
 
 from __future__ import annotations

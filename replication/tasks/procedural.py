@@ -5,7 +5,7 @@ terms), e.g. ``chain_sum-d2t2`` = "a ± b with two-digit operands". Fixing min =
 knobs keeps each level's difficulty homogeneous, so a pool's difficulty mix is set by how many
 prompts each level contributes (``pools.TaskMixSpec``).
 
-Two reasoning-gym facts shape this file (measured, see shared/notes/tiny-loop.md):
+Two reasoning-gym facts shape this file (measured, see docs/papers/measurements.md):
 - item ``i`` of a dataset with seed ``s`` is drawn from ``random.Random(s + i)``: two datasets
   whose seeds differ by less than their size share operands, shifted. So every (level, split)
   gets a seed hashed from its name (``split_seed``), ~2**62 apart instead of +1 apart.

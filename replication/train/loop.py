@@ -1,4 +1,4 @@
-"""The online RL loop. One step, top to bottom (../shared/DESIGN.md):
+"""The online RL loop. One step, top to bottom (README.md, opening section; docs/fidelity.md):
 
     prompt ids (Q) → allocator.plan(ids, C) → counts n_q (Σ = C)
     → rollouts (every per-row field repeated by the same counts) → verifier → rewards

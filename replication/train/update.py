@@ -1,10 +1,11 @@
 """The policy update of one step: PPO-clip over mini-batches of a variable-count rollout batch.
 
 Advantages arrive per row (already weighted by Prompt-GDRO when enabled); DynaMO's token
-modulation is applied per mini-batch, where its H_min/H_max and max Ξ are taken (dynamo.md §B).
-Rows whose advantage is exactly zero carry no policy gradient; when there is no KL term they are
-skipped in the backward pass, but the token-mean denominator still counts their tokens, so the
-gradient is identical to the full computation (a measured 40–70 % saving, notes/tiny-loop.md).
+modulation is applied per mini-batch, where its H_min/H_max and max Ξ are taken
+(docs/papers/dynamo.md, B). Rows whose advantage is exactly zero carry no policy gradient; when
+there is no KL term they are skipped in the backward pass, but the token-mean denominator still
+counts their tokens, so the gradient is identical to the full computation (a measured 40–70 %
+saving, docs/papers/measurements.md).
 
 With several processes (``shard``, train/distributed.py) the mini-batches are drawn over the
 step's GLOBAL rows by the same seeded permutation on every rank; every rank knows every row's

@@ -1,4 +1,5 @@
-"""DynaMO token modulation (dynamo.md section B): exact factor values, masks, no gradient."""
+"""DynaMO token modulation (docs/papers/dynamo.md, section B): exact factor values, masks,
+no gradient."""
 
 import math
 
