@@ -39,7 +39,7 @@ def _arms(params: dict, profile: str):
     from replication.stage_params import PAPER_STAGES
 
     for section in PAPER_STAGES:
-        sec = params.get(section)
+        sec = _section_for(params, section, profile)
         if not isinstance(sec, dict) or not isinstance(sec.get("arms"), dict):
             continue
         try:
@@ -52,6 +52,24 @@ def _arms(params: dict, profile: str):
             except ConfigError:
                 continue  # an arm this profile cannot run (the stage validator says why)
             yield f"{section}/{arm.name}", flatten(to_dict(cfg))
+
+
+def _section_for(params: dict, section: str, profile: str) -> dict | None:
+    """The section as the scale whose profile ``profile`` is resolves it (a paper or rehearsal
+    profile's arms are that scale's), else the small-scale section."""
+    from replication.config import ConfigError
+    from replication.stage_params import SCALES, SMALL, section_at_scale
+
+    for scale in SCALES:
+        if scale == SMALL:
+            continue
+        try:
+            sec = section_at_scale({**params, "scale": scale, "profile": "default", "profile_dir": None}, section)
+        except ConfigError:
+            continue
+        if sec.get("profile") == profile:
+            return sec
+    return params.get(section)
 
 
 def differences(cfg, params_file: str | Path | None = None) -> tuple[str, dict[str, tuple]] | None:

@@ -100,7 +100,8 @@ def _dvc_project(tmp_path: Path, persist: bool = True) -> Path:
     if not persist:  # the control: DVC's default behaviour that deleted results in issue 11
         (proj / "dvc.yaml").write_text((proj / "dvc.yaml").read_text().replace("persist: true", "persist: false"))
     shutil.copytree(ROOT / "notebooks", proj / "notebooks")
-    shutil.copytree(ROOT / "workspace" / "default", proj / "workspace" / "default")  # dvc.yaml's workspace/${profile} deps
+    for stand_ins in ("default", "small"):  # dvc.yaml's workspace/${profile} and workspace/${scale} deps
+        shutil.copytree(ROOT / "workspace" / stand_ins, proj / "workspace" / stand_ins)
     (proj / "replication").symlink_to(ROOT / "replication")
     for rel, text in [("results/base-model/model.safetensors", "weights"),
                       ("results/encoder/config.json", "{}"),  # the paper stages' dep on VIP's encoder

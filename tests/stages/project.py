@@ -88,7 +88,8 @@ def make_project(where: Path, *, git: bool = True) -> Path:
     (proj / "results" / "base-model").mkdir(parents=True)  # current for the default: never rebuilt here
     (proj / "results" / "base-model" / KEY_FILE).write_text(base_key("default") + "\n")
     shutil.copy(ROOT / "results" / ".gitignore", proj / "results" / ".gitignore")
-    shutil.copytree(ROOT / "workspace" / "default", proj / "workspace" / "default")
+    for stand_ins in ("default", "small"):  # dvc.yaml's workspace/${profile} and workspace/${scale}
+        shutil.copytree(ROOT / "workspace" / stand_ins, proj / "workspace" / stand_ins)
     # the frozen regime stages' committed evidence (dvc.yaml): DVC checks a frozen stage's outputs exist
     shutil.copytree(ROOT / "results" / "regime", proj / "results" / "regime")
     (proj / "replication").symlink_to(ROOT / "replication")
