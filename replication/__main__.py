@@ -5,6 +5,7 @@
         --max-steps 50 --out runs/vip-s0 [--resume]
     python -m replication eval  --profile default --checkpoint runs/vip-s0 --out runs/vip-eval
     python -m replication prepare-model --profile smollm2       # converts into .cache/ (git-ignored)
+    python -m replication prefetch --scale paper               # login node: hub repos -> hub.lock.json
 
     python -m replication seal   results/vip/runs     # check old exports, write their manifests
     python -m replication verify results/              # everything the pipeline wrote, one line each
@@ -148,6 +149,11 @@ def build_parser() -> argparse.ArgumentParser:
     st.add_argument("stage", help="base, vip, dynamo, gdro or report")
     st.add_argument("--params", default=Path("params.yaml"), type=Path)
 
+    from replication.prefetch import configure_parser
+
+    configure_parser(sub.add_parser("prefetch", help="on a machine that reaches the hub: fetch a scale's hub "
+                                                      "models and datasets and pin them in hub.lock.json"))
+
     g = sub.add_parser("grad-variance", help="policy-gradient variance per allocator at checkpoints of a "
                        "uniform run (issue 10; replication/analysis/gradient_variance.py)")
     _common(g)
@@ -239,7 +245,8 @@ def main(argv: list[str] | None = None) -> int:
         # up lazily, since importing replication.tasks here would load the task generators for
         # every command
         if not _is_lazy_error(e, ("replication.tasks.data_errors", "DataError"),
-                              ("replication.tasks.math_hub", "DatasetUnavailableError")):
+                              ("replication.tasks.math_hub", "DatasetUnavailableError"),
+                              ("replication.store.hub_snapshot", "HubSnapshotMissing")):
             raise
         print(f"error: {e}", file=sys.stderr)
         return 2
@@ -274,6 +281,10 @@ def _main(args: argparse.Namespace) -> int:
             update_readme(args.readme, text)
         print(text)
         return 0
+    if args.cmd == "prefetch":
+        from replication.prefetch import run_command
+
+        return run_command(args)
     if args.cmd == "stage":
         from replication.orchestration.stage import run_stage
 

@@ -71,10 +71,15 @@ def load_policy(
 ) -> tuple[PreTrainedModel, PreTrainedTokenizerBase]:
     """(model in eval mode on ``device``, tokenizer) from a local folder or a hub id.
 
+    A hub id pinned by ``revision=`` or by the hub lock file loads from its snapshot folder in the
+    hub cache at that commit, without the network (``models.hub.model_location``). Other
     ``from_pretrained`` options go to both Auto classes' ``from_pretrained`` (e.g.
-    ``local_files_only=True``, ``revision=...``). A tokenizer without a pad token gets EOS as pad
-    (the engines mask pads by attention, so the choice only has to be a valid id).
+    ``local_files_only=True``). A tokenizer without a pad token gets EOS as pad (the engines mask
+    pads by attention, so the choice only has to be a valid id).
     """
+    from replication.models.hub import model_location
+
+    path = model_location(str(path), from_pretrained.pop("revision", None))  # a local folder has no revision
     tokenizer = AutoTokenizer.from_pretrained(str(path), **from_pretrained)
     dtype_kw = "dtype" if int(transformers.__version__.split(".")[0]) >= 5 else "torch_dtype"
     kwargs = dict(from_pretrained)

@@ -139,8 +139,11 @@ class VLLMRolloutEngine(VLLMWeightSync):
                           add_special_tokens: bool, placement: EnginePlacement | None = None,
                           pass_sync: Callable[[int], int] | None = None) -> "VLLMRolloutEngine":
         """The engine a training run uses: vLLM loads ``model.path`` in ``model.dtype``; the
-        trainer's ``model`` is the policy it syncs from and recomputes old log-probs with."""
-        engine = cls.start(cfg.model.path, tokenizer, cfg.rollout.vllm, dtype=cfg.model.dtype,
+        trainer's ``model`` is the policy it syncs from and recomputes old log-probs with. A hub id
+        loads from the commit the trainer's policy did (``models.hub.model_location``)."""
+        from replication.models.hub import model_location
+
+        engine = cls.start(model_location(cfg.model.path), tokenizer, cfg.rollout.vllm, dtype=cfg.model.dtype,
                            seed=cfg.seed, placement=placement, policy=model,
                            add_special_tokens=add_special_tokens,
                            eos_token_ids=_eos_ids(model, tokenizer),

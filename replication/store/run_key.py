@@ -41,15 +41,13 @@ from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
+from replication.store.hub_lock import HUB_LOCK, HUB_LOCK_ENV, read_hub_lock  # noqa: F401 (the one reader)
+
 KEY_FILE = "key.json"
 """The key record beside a run and its export: {"key": ..., "inputs": {KEY_FIELDS...}}."""
 KEY_FIELDS = ("config", "steps", "command", "shape", "code", "inputs", "revisions")
 KEY_LENGTH = 20
 
-HUB_LOCK_ENV = "REPLICATION_HUB_LOCK"
-HUB_LOCK = "hub.lock.json"
-"""The hub lock file: {"models": {id: commit}, "datasets": {id: commit}} as resolved when they
-were fetched; read from ``$REPLICATION_HUB_LOCK`` or ``hub.lock.json`` in the working folder."""
 UNPINNED = "unpinned"
 
 # Flags of `replication train` that say where or how a run writes, not what it computes.
@@ -166,15 +164,6 @@ def input_digests(config: Mapping, digests: FileDigests = DIGESTS) -> dict[str, 
     """{config location: content digest} of every local path the configuration names (hub ids
     are left to ``hub_revisions``)."""
     return {loc: digests(p) for loc, p in sorted(named_paths(config).items()) if not looks_like_hub_id(p)}
-
-
-def read_hub_lock(path: str | Path | None = None) -> dict:
-    """The hub lock file's {"models": {...}, "datasets": {...}}, or empty maps when there is none."""
-    path = Path(path or os.environ.get(HUB_LOCK_ENV) or HUB_LOCK)
-    if not path.exists():
-        return {"models": {}, "datasets": {}}
-    data = json.loads(path.read_text())
-    return {"models": dict(data.get("models") or {}), "datasets": dict(data.get("datasets") or {})}
 
 
 def hub_revisions(config: Mapping, lock: Mapping | None = None) -> dict[str, str]:

@@ -1,7 +1,13 @@
-"""Hub downloads through ``datasets``, never waiting on the network when offline.
+"""Hub datasets, never waiting on the network when offline.
+
+A pinned dataset (``MathDatasetConfig.revision``, else the hub lock file's commit for its id:
+store/hub_lock.py, written by ``python -m replication prefetch``) is read from its snapshot folder
+in the hub cache exactly as ``path=<that folder>`` would be, with no network call; missing there,
+it is fetched at that commit when the hub may be used, and is a ``DatasetUnavailableError`` naming
+``prefetch`` when it may not. An unpinned dataset goes through ``datasets.load_dataset`` by id.
 
 Offline (``HF_HUB_OFFLINE``/``HF_DATASETS_OFFLINE`` set, or the hub endpoint unreachable within a
-few seconds) a hub load reads the local ``datasets`` cache only, and failing that raises
+few seconds) an unpinned hub load reads the local ``datasets`` cache only, and failing that raises
 ``DatasetUnavailableError`` naming the dataset and the ``path=`` override."""
 
 from __future__ import annotations
@@ -12,7 +18,7 @@ from typing import Any
 from urllib.parse import urlparse
 
 from replication.tasks.math_dataset_config import MathDatasetConfig, MathDatasetSpec
-from replication.tasks.math_files import _require_datasets
+from replication.tasks.math_files import _read_local, _require_datasets
 
 
 class DatasetUnavailableError(RuntimeError):
@@ -49,14 +55,17 @@ def _unavailable(spec: MathDatasetSpec, cfg: MathDatasetConfig, why: str) -> Dat
 
 
 def _read_hub(spec: MathDatasetSpec, cfg: MathDatasetConfig) -> list[dict[str, Any]]:
+    from replication.store.hub_snapshot import pinned_revision
+
     offline = hub_offline_by_env()
+    revision = pinned_revision("datasets", cfg.hub_id or spec.hub_id, cfg.revision)
+    if revision:
+        return _read_pinned(spec, cfg, revision, offline)
     if not offline and not hub_reachable(cfg.probe_timeout_s):
         raise _unavailable(spec, cfg, f"the hub is unreachable (no answer within "
                                       f"{cfg.probe_timeout_s:.0f} s) and no local path was given")
     datasets = _require_datasets(f"{spec.name} from the hub")
     kwargs: dict[str, Any] = {"split": cfg.split or spec.split}
-    if cfg.revision:
-        kwargs["revision"] = cfg.revision
     args = [cfg.hub_id or spec.hub_id]
     if cfg.hub_config or spec.config:
         args.append(cfg.hub_config or spec.config)
@@ -71,6 +80,27 @@ def _read_hub(spec: MathDatasetSpec, cfg: MathDatasetConfig) -> list[dict[str, A
             else f"{type(err).__name__}: {err}"
         raise _unavailable(spec, cfg, why) from err
     return [dict(r) for r in ds]
+
+
+def _read_pinned(spec: MathDatasetSpec, cfg: MathDatasetConfig, revision: str, offline: bool) -> list[dict[str, Any]]:
+    """The dataset at ``revision``: its snapshot folder in the hub cache read like ``path=`` (no
+    network call), fetched at that commit first when it is missing and the hub may be used."""
+    from replication.store.hub_snapshot import PREFETCH_HINT, cached_snapshot, fetch_snapshot
+
+    hub_id = cfg.hub_id or spec.hub_id
+    folder = cached_snapshot("datasets", hub_id, revision)
+    if folder is None:
+        if offline:
+            raise _unavailable(spec, cfg, f"offline mode is set and its pinned revision {revision} is not in "
+                                          f"the hub cache; {PREFETCH_HINT}")
+        if not hub_reachable(cfg.probe_timeout_s):
+            raise _unavailable(spec, cfg, f"its pinned revision {revision} is not in the hub cache and the hub "
+                                          f"is unreachable (no answer within {cfg.probe_timeout_s:.0f} s)")
+        try:
+            folder = fetch_snapshot("datasets", hub_id, revision)
+        except Exception as err:  # noqa: BLE001 - every failure gets the same actionable message
+            raise _unavailable(spec, cfg, f"{type(err).__name__}: {err}") from err
+    return _read_local(str(folder), cfg.hub_config or spec.config, cfg.split or spec.split)
 
 
 class _forced_offline:
