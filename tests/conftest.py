@@ -45,3 +45,24 @@ def base_model_dir(tmp_path_factory) -> str:
                     mix={"add1": 1.0, "add2": 1.0, "mul1": 1.0}, corpus_per_level=2000)
     run_sft(cfg, out, TaskMixSpec(**SMALL_TASKS), progress=False)
     return str(out)
+
+
+REQUIRED = {"vllm": "REPLICATION_REQUIRE_VLLM"}
+"""Markers whose skips become failures when their variable is 1: CI sets it where it has installed
+the real component (scripts/vllm_cpu_env.sh runs the `vllm` tests with REPLICATION_REQUIRE_VLLM=1),
+so a broken install can never pass as "skipped". The SLURM tests do the same through
+tests/slurm_helpers.py (REPLICATION_REQUIRE_SLURM)."""
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item, call):
+    outcome = yield
+    report = outcome.get_result()
+    if not report.skipped:
+        return
+    for marker, variable in REQUIRED.items():
+        if item.get_closest_marker(marker) is not None and os.environ.get(variable) == "1":
+            reason = report.longrepr[2] if isinstance(report.longrepr, tuple) else str(report.longrepr)
+            reason = reason.removeprefix("Skipped: ")
+            report.outcome = "failed"
+            report.longrepr = f"{variable}=1 but this `{marker}` test skipped: {reason}"
