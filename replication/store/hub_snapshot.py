@@ -69,12 +69,17 @@ def pinned_snapshot(kind: str, repo_id: str, revision: str | None = None) -> Pat
     folder = cached_snapshot(kind, repo_id, revision)
     if folder is not None:
         return folder
-    if hub_offline():
-        from huggingface_hub import constants
+    from huggingface_hub import constants
 
-        raise HubSnapshotMissing(f"{REPO_TYPE[kind]} {repo_id} at {revision} is not in the hub cache "
-                                 f"{constants.HF_HUB_CACHE} and HF_HUB_OFFLINE is set: {PREFETCH_HINT}")
-    return fetch_snapshot(kind, repo_id, revision)
+    missing = f"{REPO_TYPE[kind]} {repo_id} at {revision} is not in the hub cache {constants.HF_HUB_CACHE}"
+    if hub_offline():
+        raise HubSnapshotMissing(f"{missing} and HF_HUB_OFFLINE is set: {PREFETCH_HINT}")
+    try:
+        return fetch_snapshot(kind, repo_id, revision)
+    except Exception as err:  # noqa: BLE001 - no network, refused, gated: one line naming the repo
+        first = (str(err).strip().splitlines() or [""])[0][:200]
+        raise HubSnapshotMissing(f"{missing} and fetching it failed ({type(err).__name__}: {first}); "
+                                 f"{PREFETCH_HINT}") from err
 
 
 def snapshot_bytes(folder: str | Path) -> int:

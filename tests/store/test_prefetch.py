@@ -224,5 +224,13 @@ def test_a_locked_model_missing_from_the_cache_offline_names_prefetch(tmp_path, 
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
     with pytest.raises(HubSnapshotMissing, match="nobody/nothing at c{40} is not in the hub cache.*prefetch"):
         model_location("nobody/nothing")
+    for name in ("HF_HUB_OFFLINE", "HF_DATASETS_OFFLINE", "TRANSFORMERS_OFFLINE"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("HF_HUB_DISABLE_TELEMETRY", "1")
+    from huggingface_hub import constants
+
+    monkeypatch.setattr(constants, "HF_HUB_OFFLINE", True)  # the env lets the hub be tried; huggingface_hub refuses
+    with pytest.raises(HubSnapshotMissing, match="nobody/nothing at c{40} .*fetching it failed.*prefetch"):
+        model_location("nobody/nothing")
     assert model_location("other/unlocked") == "other/unlocked"  # unpinned: loaded by id, as before
     assert model_location(str(tmp_path)) == str(tmp_path)  # a local folder as it is
