@@ -190,11 +190,22 @@ def build_parser() -> argparse.ArgumentParser:
     vf.add_argument("folders", nargs="+", type=Path, metavar="PATH")
 
     sub.add_parser("profiles", help="list the available profiles")
-    d = sub.add_parser("dry-run", help="validate a profile and print its plan (no GPU needed)")
+    d = sub.add_parser("dry-run", help="validate a profile and print its plan, or plan a paper's grid "
+                                        "(--paper); no GPU needed")
     _common(d)
     d.add_argument("--accelerate-config", type=Path, metavar="PATH",
                    help="accelerate config the run will be launched with (world size from num_processes)")
     d.add_argument("--world-size", type=int, metavar="N", help="number of training processes (GPUs)")
+    d.add_argument("--gpu-memory-gib", type=float, default=80.0, metavar="GIB",
+                   help="memory of one GPU the plan must fit (default 80: A100/H100 80GB)")
+    d.add_argument("--paper", metavar="NAME", help="plan the grid of a paper (vip, dynamo, gdro) as params.yaml "
+                   "resolves it: profile, arms, seeds, shape, placement, GPU-hours (replication/launch/grid_plan.py)")
+    d.add_argument("--scale", metavar="SCALE", help="--paper: small, rehearsal or paper (default: params.yaml's)")
+    d.add_argument("--params", type=Path, metavar="FILE", help="--paper: the params file (default: params.yaml)")
+    d.add_argument("--launcher", metavar="BACKEND", help="--paper: local or slurm (default: params.yaml's launcher)")
+    d.add_argument("--gpus", metavar="IDS", help="--paper, local: GPU ids to cut into slices, e.g. 0,1,2,3 "
+                   "(default: params.yaml's launcher.gpus, else the visible GPUs)")
+    d.add_argument("--json", action="store_true", help="--paper: print the plan as JSON")
     return ap
 
 
@@ -289,15 +300,20 @@ def _main(args: argparse.Namespace) -> int:
         from replication.orchestration.stage import run_stage
 
         return run_stage(args.stage, args.params)
+    if args.cmd == "dry-run":
+        if args.paper is not None:
+            return _dry_run_grid(args)
+        _single_profile_flags(args)
     _check_args(args)
     cfg = load_profile(args.profile, _overrides(args))
+    arm_note = None
     if args.cmd in ("train", "dry-run") and os.environ.get("RANK", "0") == "0" and not os.environ.get(PARENT_ENV):
         from replication.cli_defaults import note  # a user's run: say where it is not the pipeline's arm
 
-        line = note(cfg)
-        if line:  # information: stdout for train (stderr stays the one error line), stderr for
-            # dry-run, whose stdout is its JSON plan
-            print(line, file=sys.stderr if args.cmd == "dry-run" else sys.stdout, flush=True)
+        arm_note = note(cfg)
+        if arm_note and args.cmd == "train":  # information: stdout for train (stderr stays the one
+            # error line); dry-run prints it on stderr once its plan passed (a refusal: one line)
+            print(arm_note, flush=True)
     if args.cmd == "train":
         from replication.interrupts import die_with_parent
         from replication.train.loop import train
@@ -348,9 +364,44 @@ def _main(args: argparse.Namespace) -> int:
 
         print(variance_table(df).to_string(index=False))
     elif args.cmd == "dry-run":
-        from replication.train.plan import describe
+        from replication.train.plan import profile_plan
 
-        print(describe(cfg, gpus=args.world_size, accelerate_config=args.accelerate_config))
+        plan = profile_plan(cfg, gpus=args.world_size, accelerate_config=args.accelerate_config,
+                            gpu_gib=args.gpu_memory_gib)
+        print(json.dumps(plan, indent=1))
+        for line in ([arm_note] if arm_note else []) + [f"warning: {w}" for w in plan.get("warnings", [])]:
+            print(line, file=sys.stderr, flush=True)
+    return 0
+
+
+GRID_FLAGS = ("scale", "params", "launcher", "gpus", "json")
+"""dry-run flags that only plan a paper's grid (``--paper``)."""
+
+
+def _single_profile_flags(args: argparse.Namespace) -> None:
+    """A single-profile dry-run refuses the grid's flags (they would be ignored)."""
+    given = [f"--{n}" for n in GRID_FLAGS if getattr(args, n) not in (None, False)]
+    if given:
+        raise ConfigError(f"dry-run: {', '.join(given)} plan a paper's grid; add --paper vip|dynamo|gdro")
+
+
+def _dry_run_grid(args: argparse.Namespace) -> int:
+    """``dry-run --paper NAME``: the grid params.yaml resolves at a scale, placed and checked
+    (replication/launch/grid_plan.py); the plan on stdout, its warnings on stderr."""
+    one = [flag for flag, given in (("--profile", args.profile != "default"), ("--set", args.set),
+                                   ("--model", args.model), ("--world-size", args.world_size is not None),
+                                   ("--accelerate-config", args.accelerate_config)) if given]
+    if one:
+        raise ConfigError(f"dry-run --paper: {', '.join(one)} set(s) one profile; the grid takes its profile, "
+                          f"arms, seeds and shape from params.yaml (--scale, --params)")
+    from replication.launch.grid_plan import plan_grid
+    from replication.launch.grid_plan_text import render
+
+    plan = plan_grid(args.paper, scale=args.scale, params_file=args.params, launcher=args.launcher,
+                     gpus=args.gpus, gpu_gib=args.gpu_memory_gib)
+    print(json.dumps(plan.as_dict(), indent=1) if args.json else render(plan))
+    for line in plan.warnings:
+        print(f"warning: {line}", file=sys.stderr)
     return 0
 
 

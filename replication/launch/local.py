@@ -77,6 +77,40 @@ class LocalBackend(Backend):
             return single_prefix()
         return torchrun_prefix(shape.processes, port, run_id)
 
+    def take(self, shape: RunShape, wait: bool = True) -> dict | None:
+        """What a run of ``shape`` holds while it runs: ``{"devices", "cores", "port"}`` (a GPU
+        slice or CPU cores, and a rendezvous port for several processes). ``wait``: until they
+        are free (``Closed`` when the grid stops); otherwise None when they are not free now
+        (a plan's placement, ``launch.placement``). Given back with ``give``."""
+        devices: tuple[str, ...] | None = ()
+        cores: int | None = 0
+        if shape.gpus_per_node:
+            size = shape.gpus_per_node
+            devices = self.gpus.take(size) if wait else self.gpus.try_take(size)
+        else:
+            need = self.cpus.need(shape.processes, shape.cpus_per_process)
+            cores = self.cpus.take(need) if wait else self.cpus.try_take(need)
+        if devices is None or cores is None:
+            return None
+        held = {"devices": devices, "cores": cores, "port": None}
+        try:
+            held["port"] = self.ports.take() if shape.processes > 1 else None
+        except BaseException:
+            self.give(held)
+            raise
+        return held
+
+    def placed(self, job: Job, held: dict) -> tuple[list[str], dict[str, str]]:
+        """The command and environment ``job`` starts with on the resources ``held`` (``take``):
+        the prefix (torchrun on the held port for several processes) before its ``train`` part,
+        and the placement added to its environment. Pure: nothing starts."""
+        port = held["port"]
+        command = self.prefix(job.shape, port, run_id=f"run{port}") + _from_train(job.command)
+        env = {**job.env, **launch_env(self.name, [self.host])}
+        if held["devices"] or self.gpus.gpus:  # a CPU run on a GPU machine sees no GPU
+            env[DEVICES] = ",".join(held["devices"])
+        return command, env
+
     # -- running -----------------------------------------------------------------------------
 
     def submit(self, job: Job) -> Handle:
@@ -84,23 +118,13 @@ class LocalBackend(Backend):
         self.check(shape)
         if self._stopped:
             raise LaunchStopped(f"run {job.name} not started: the grid was stopped")
-        devices: tuple[str, ...] = ()
-        cores = 0
         try:
-            if shape.gpus_per_node:
-                devices = self.gpus.take(shape.gpus_per_node)
-            else:
-                cores = self.cpus.take(self.cpus.need(shape.processes, shape.cpus_per_process))
+            held = self.take(shape)
         except Closed as e:
             raise LaunchStopped(f"run {job.name} not started: {e}") from None
-        held = {"devices": devices, "cores": cores, "port": None}
+        devices = held["devices"]
         try:
-            port = self.ports.take() if shape.processes > 1 else None
-            held["port"] = port
-            command = self.prefix(shape, port, run_id=f"run{port}") + _from_train(job.command)
-            env = {**job.env, **launch_env(self.name, [self.host])}
-            if devices or self.gpus.gpus:  # a CPU run on a GPU machine sees no GPU
-                env[DEVICES] = ",".join(devices)
+            command, env = self.placed(job, held)
             with self._lock:
                 if self._stopped:
                     raise LaunchStopped(f"run {job.name} not started: the grid was stopped")
@@ -109,7 +133,7 @@ class LocalBackend(Backend):
                                 state={"proc": proc, **held})
                 self._running[proc.pid] = handle
         except BaseException:
-            self._give(held)
+            self.give(held)
             raise
         return handle
 
@@ -161,9 +185,10 @@ class LocalBackend(Backend):
         with self._lock:
             if self._running.pop(handle.state["proc"].pid, None) is None:
                 return  # given back already
-        self._give(handle.state)
+        self.give(handle.state)
 
-    def _give(self, held: dict) -> None:
+    def give(self, held: dict) -> None:
+        """Give back what ``take`` handed out (the slice or cores, and the port)."""
         if held.get("devices"):
             self.gpus.give(held["devices"])
         if held.get("cores"):

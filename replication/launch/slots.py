@@ -64,6 +64,14 @@ class CpuSlots:
     def capacity(self, processes: int, threads: int) -> int:
         return max(1, self.cores // self.need(processes, threads))
 
+    def try_take(self, n: int) -> int | None:
+        """``n`` cores if they are free now, else None (never waits: a plan's placement)."""
+        with self._cond:
+            if self._closed or self.free < n:
+                return None
+            self.free -= n
+            return n
+
     def take(self, n: int) -> int:
         with self._cond:
             while not self._closed and self.free < n:
@@ -103,6 +111,17 @@ class GpuSlices:
             if not self.busy.intersection(block):
                 return block
         return tuple(free[:size])
+
+    def try_take(self, size: int) -> tuple[str, ...] | None:
+        """The slice ``take`` would hand out if one is free now, else None (never waits: a
+        plan's placement, ``launch.placement``)."""
+        if not 1 <= size <= len(self.gpus):
+            raise ValueError(f"a slice of {size} GPUs out of {len(self.gpus)}")
+        with self._cond:
+            picked = None if self._closed else self._pick(size)
+            if picked is not None:
+                self.busy.update(picked)
+            return picked
 
     def take(self, size: int) -> tuple[str, ...]:
         """A slice of ``size`` GPUs no other run holds, waiting until one is free."""

@@ -1,53 +1,26 @@
-"""``python -m replication dry-run --profile NAME [--accelerate-config FILE] [--world-size N]``:
-validate a profile and print its plan — model, data, budget, steps, engine, world size,
-rollouts per rank per step and a memory estimate per GPU — without a GPU or a download.
+"""``python -m replication dry-run --profile NAME [--accelerate-config FILE] [--world-size N]
+[--gpu-memory-gib G]``: validate a profile and print its plan — model, data, budget, steps, engine,
+world size, rollouts per rank per step and the memory per GPU — without a GPU or a download.
+(``dry-run --paper`` plans a paper's whole grid: ``replication/launch/grid_plan.py``.)
 
 World size: ``--world-size``, else the accelerate config's ``num_processes``, else 8 (the
 papers' node). Under multi-process training (train/distributed.py) every rank holds a full
 replica of the policy and its optimizer (``model.sharding: replicate``, DDP semantics) or a
 1/world shard of them (``fsdp``, train/fsdp.py; accelerate's FSDP config selects it), and its
-own rollout engine: colocated with TP 1 (the HF engine under FSDP samples from a full bf16 copy).
+own rollout engine: colocated with TP 1 (the HF engine under FSDP samples from a full copy).
 
-The memory figures are first-order (documented below), enough to choose a GPU count: mixed-
-precision AdamW keeps 16 bytes per parameter (bf16 weights 2 + bf16 grads 2 + fp32 master 4 +
-Adam moments 8), sharded over the GPUs by FSDP; vLLM holds bf16 weights (2 bytes per parameter,
-per tensor-parallel shard) plus the KV cache of the step's rollouts. Activations are left out.
+Memory per GPU: the rule of ``replication/launch/memory.py`` (training state in ``model.dtype``,
+the engine's reserved share, a stated activation margin). A profile on CUDA that does not fit
+``--gpu-memory-gib`` (default 80) is refused in one line (exit 2); the trainer's largest single
+pass, which no profile setting changes, is a warning (``warnings``, printed on stderr).
 """
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 from replication.config import TrainConfig
-
-# Parameter counts (billions) and KV geometry (layers, kv heads, head dim) of the papers' models,
-# from their public configs — used when the hub config cannot be read offline.
-KNOWN_MODELS = {
-    "Qwen/Qwen2.5-Math-1.5B": (1.54, 28, 2, 128),
-    "Qwen/Qwen2.5-Math-7B": (7.62, 28, 4, 128),
-    "Qwen/Qwen3-1.7B-Base": (1.72, 28, 8, 128),
-    "Qwen/Qwen3-4B-Base": (4.02, 36, 8, 128),
-    "Qwen/Qwen3-8B-Base": (8.19, 36, 8, 128),
-}
-BYTES_TRAIN_PER_PARAM = 16
-GIB = 1024**3
-
-
-def _model_geometry(path: str) -> tuple[float, int, int, int] | None:
-    cfg_file = Path(path) / "config.json"
-    if cfg_file.exists():
-        c = json.loads(cfg_file.read_text())
-        h, layers = c.get("hidden_size"), c.get("num_hidden_layers")
-        heads = c.get("num_attention_heads")
-        if h and layers and heads:
-            kv = c.get("num_key_value_heads", heads)
-            head_dim = c.get("head_dim", h // heads)
-            inter, vocab = c.get("intermediate_size", 4 * h), c.get("vocab_size", 32000)
-            per_layer = 2 * h * h + 2 * h * kv * head_dim + 3 * h * inter
-            emb = vocab * h * (1 if c.get("tie_word_embeddings", False) else 2)
-            return ((layers * per_layer + emb) / 1e9, layers, kv, head_dim)
-    return KNOWN_MODELS.get(path)
+from replication.launch.memory import check_gpu_gib, engine_of, gpu_memory, model_geometry
 
 
 def read_accelerate_config(path: str | Path) -> dict:
@@ -70,18 +43,11 @@ def read_accelerate_config(path: str | Path) -> dict:
     }
 
 
-def _engine(cfg: TrainConfig) -> tuple[str, int]:
-    name = getattr(cfg.rollout, "engine", "hf")
-    tp = getattr(getattr(cfg.rollout, "vllm", None), "tensor_parallel_size", 1)
-    return name, int(tp) if name == "vllm" else 1
-
-
-def plan(cfg: TrainConfig, gpus: int | None = None, prompt_tokens: int = 512,
-         accelerate: dict | None = None) -> dict:
+def plan(cfg: TrainConfig, gpus: int | None = None, accelerate: dict | None = None,
+         gpu_gib: float = 80.0) -> dict:
     r = cfg.rollout
     world = int(gpus if gpus is not None else (accelerate or {}).get("num_processes", 8))
-    engine, tp = _engine(cfg)
-    geo = _model_geometry(cfg.model.path)
+    engine, tp = engine_of(cfg)
     out: dict = {
         "profile": cfg.profile,
         "model": cfg.model.path,
@@ -104,57 +70,63 @@ def plan(cfg: TrainConfig, gpus: int | None = None, prompt_tokens: int = 512,
         "prompts_per_rank_per_step": round(r.prompts_per_step / world, 2),
         "rollouts_per_rank_per_step": round(cfg.budget / world, 2),
         "rollouts_per_rank_per_step_max": min(cfg.budget, -(-cfg.budget // world) + r.upper - 1),
+        "warnings": [],
     }
     if r.prompts_per_step < world:
         out["error"] = f"prompts_per_step={r.prompts_per_step} < world size {world}: the trainer refuses this"
     sharded = cfg.model.sharding == "fsdp" or bool(accelerate and accelerate["distributed_type"] == "FSDP")
     out["sharding"] = "fsdp" if sharded and world > 1 else "replicate"
-    if geo is None:
+    mem = gpu_memory(cfg, world, gpu_gib, sharded)
+    if mem is None:
         out["memory"] = "unknown model geometry (no local config.json and not a known paper model)"
         return out
-    params_b, layers, kv_heads, head_dim = geo
-    train_gib = params_b * 1e9 * BYTES_TRAIN_PER_PARAM / GIB
-    kv_per_token = 2 * layers * kv_heads * head_dim * 2  # K and V, bf16
-    # Rollouts are generated at most upper per prompt but C in total per step.
-    kv_gib = cfg.budget * (prompt_tokens + r.sampling.max_new_tokens) * kv_per_token / GIB
-    # Each rank's engine generates its share of the step; a TP group shares one engine.
-    per_engine_rollouts = min(cfg.budget, out["rollouts_per_rank_per_step_max"] * tp)
-    kv_engine_gib = per_engine_rollouts * (prompt_tokens + r.sampling.max_new_tokens) * kv_per_token / GIB
-    weights_gib = params_b * 1e9 * 2 / GIB
-    fsdp = out["sharding"] == "fsdp"
-    per_gpu = {
-        # a full replica per rank (replicate), or its 1/world shard (fsdp)
-        "train_states_gib": round(train_gib / world if fsdp else train_gib, 1),
-        "vllm_weights_gib": round(weights_gib / tp, 1) if engine == "vllm" else 0.0,
-        "generation_copy_gib": round(weights_gib, 1) if fsdp and engine == "hf" else 0.0,
-        "kv_cache_gib_rank_share": round(kv_engine_gib / tp, 1),
-    }
-    per_gpu["total_gib"] = round(sum(per_gpu.values()), 1)
-    per_gpu["fits_80gib_gpu"] = per_gpu["total_gib"] <= 80
     out["memory"] = {
-        "parameters": int(params_b * 1e9),
-        "train_states_gib_total": round(train_gib, 1),
-        "train_states_gib_per_gpu_if_sharded": round(train_gib / world, 1),
-        "vllm_weights_gib": round(weights_gib, 1),
-        "kv_cache_gib_whole_step": round(kv_gib, 1),
-        "per_gpu": per_gpu,
+        "parameters": int(model_geometry(cfg.model.path).parameters),
+        "gpu_gib": mem.gpu_gib,
+        "per_gpu": {
+            "train_states_gib": round(mem.train_state_gib, 1),
+            "reference_policy_gib": round(mem.reference_gib, 1),
+            "generation_copy_gib": round(mem.generation_copy_gib, 1),
+            "vllm_share_gib": round(mem.engine_share_gib, 1),
+            "vllm_weights_gib": round(mem.engine_weights_gib, 1),
+            "kv_cache_gib_one_sequence": round(mem.engine_kv_one_sequence_gib, 1),
+            "activation_margin_gib": round(mem.activation_margin_gib, 1),
+            "total_gib": round(mem.total_gib, 1),
+            "fits": mem.fits,
+        },
+        "largest_pass": mem.as_dict()["largest_pass"],
         "world_size": world,
-        "note": ("first-order: activations excluded; per GPU = the training states (a full replica, "
-                 "or 1/world of them under FSDP) + the engine's weights and KV cache for the rank's "
-                 "share of the step (at most; vLLM schedules longer batches in waves)"),
+        "note": ("per GPU = the training state (weights, gradients, AdamW moments in model.dtype; a full "
+                 "replica, or 1/world under FSDP) + reference policy / generation copy + the engine's reserved "
+                 "share (vLLM's gpu_memory_utilization x GPU, holding its weights and at least one "
+                 "max_model_len sequence of KV cache; it schedules requests in waves inside it) + an "
+                 "activation margin (replication/launch/memory.py)"),
     }
+    if cfg.model.device == "cuda":
+        line = mem.pass_warning(cfg.profile)
+        if line:
+            out["warnings"].append(line)
     return out
 
 
-def describe(cfg: TrainConfig, gpus: int | None = None, accelerate_config: str | Path | None = None) -> str:
+def profile_plan(cfg: TrainConfig, gpus: int | None = None, accelerate_config: str | Path | None = None,
+                 gpu_gib: float = 80.0) -> dict:
+    """The plan of one profile; a ConfigError (one line) for a bad world size or accelerate config,
+    a step larger than the data pool, or, on CUDA, a run that does not fit ``gpu_gib`` per GPU."""
+    from replication.config import ConfigError
+
+    gpu_gib = check_gpu_gib(gpu_gib)
     acc = read_accelerate_config(accelerate_config) if accelerate_config else None
     if gpus is not None and gpus < 1:
-        from replication.config import ConfigError
-
         raise ConfigError(f"--world-size must be >= 1, got {gpus}")
     from replication.tasks.input_checks import check_train_pool, plan_pool_size
 
     pool = plan_pool_size(cfg)  # the trainer refuses a step larger than the pool: so does the plan
     if pool is not None:
         check_train_pool(cfg, pool)
-    return json.dumps(plan(cfg, gpus=gpus, accelerate=acc), indent=1)
+    out = plan(cfg, gpus=gpus, accelerate=acc, gpu_gib=gpu_gib)
+    mem = gpu_memory(cfg, out["world_size"], gpu_gib, out["sharding"] == "fsdp")
+    why = mem.shortfall(cfg.profile) if mem is not None and cfg.model.device == "cuda" else None
+    if why:  # refused before anything runs, as the grid's plan refuses it
+        raise ConfigError(why)
+    return out

@@ -186,14 +186,19 @@ def test_dry_run_prints_world_and_per_rank_plan(capsys):
 
 
 def test_dry_run_fsdp_shards_the_training_states(capsys):
-    """Under accelerate's FSDP config (or model.sharding=fsdp) a rank holds 1/world of the
-    training states; replicated, all of them."""
+    """Under accelerate's FSDP config (or model.sharding=fsdp, paper-dynamo's own) a rank holds
+    1/world of the training states; replicated, all of them — which for the 7B policy beside
+    vLLM's share does not fit an 80 GiB GPU: refused in one line, planned on a larger one."""
     from replication.__main__ import main
 
+    replicate = ["dry-run", "--profile", "paper-dynamo", "--set", "model.sharding=replicate", "--world-size", "8"]
     assert main(["dry-run", "--profile", "paper-dynamo", "--accelerate-config",
                  str(REPO / "configs/accelerate/fsdp.yaml")]) == 0
     f = json.loads(capsys.readouterr().out)
-    assert main(["dry-run", "--profile", "paper-dynamo", "--world-size", "8"]) == 0
+    assert main(replicate) == 2
+    err = capsys.readouterr().err.strip()
+    assert "\n" not in err and "training state" in err and "model.sharding=fsdp" in err and "> 80 GiB" in err
+    assert main([*replicate, "--gpu-memory-gib", "192"]) == 0
     d = json.loads(capsys.readouterr().out)
     assert f["sharding"] == "fsdp" and d["sharding"] == "replicate" and "error" not in f
     assert f["memory"]["per_gpu"]["train_states_gib"] == pytest.approx(
