@@ -189,6 +189,9 @@ def build_parser() -> argparse.ArgumentParser:
                                        "1 damage, 2 bad input")
     vf.add_argument("folders", nargs="+", type=Path, metavar="PATH")
 
+    from replication.launch.status import DESCRIPTION, configure_parser as status_parser
+
+    status_parser(sub.add_parser("status", help=DESCRIPTION))  # replication/launch/status.py
     sub.add_parser("profiles", help="list the available profiles")
     d = sub.add_parser("dry-run", help="validate a profile and print its plan, or plan a paper's grid "
                                         "(--paper); no GPU needed")
@@ -276,6 +279,10 @@ def _main(args: argparse.Namespace) -> int:
     if args.cmd == "profiles":
         print("\n".join(available_profiles()))
         return 0
+    if args.cmd == "status":
+        from replication.launch.status import run_command as status
+
+        return status(args)
     if args.cmd in ("seal", "verify"):
         return _seal_or_verify(args.cmd, args.folders)
     if args.cmd == "report":

@@ -15,14 +15,24 @@ How it works, and why:
 - **The same command.** Each job runs ``python -m replication train ...`` exactly as the local
   backend would (``launch.slurm_job``), torchrun in front for a multi-process run, so the key —
   made from the command from ``train`` on and the shape — never depends on placement.
-- **Resources** from the run's shape (GPUs and CPUs per node, memory, time limit) and
-  ``launcher.options`` (below). Multi-node shapes are refused in ``check`` (not implemented yet).
+- **Resources** from the run's shape (nodes, GPUs and CPUs per node, memory, time limit) and
+  ``launcher.options`` (below). A run of N nodes is one job of N tasks, one per node, each a
+  torchrun of the node's processes joined by a static rendezvous on the first node
+  (``launch.slurm_job``).
 - **Progress.** Every ``poll_s`` seconds one ``sacct`` call reads the state of every job; each
   change is printed as ``slurm: <array>: 1 pending, 1 running, 0 done, 0 failed``. A job that
   ends in any state but COMPLETED raises ``JobFailed`` naming its id, its state, the run's log
   and submitit's log, with the tail of both. The other jobs of the array keep running (the grid
   collects them before it raises): one failed run does not waste the others.
-- **Ctrl-C** (the grid's RunGuard → ``cancel_all``): ``scancel`` of every array submitted.
+- **Ctrl-C** (the grid's RunGuard → ``cancel_all``): ``scancel`` of every array this grid
+  submitted (not of the jobs it adopted from an earlier grid, see below).
+- **Requeue.** Every job is ``--requeue``-able and checkpointable: at SLURM's warning signal before
+  the time limit (or a preemption) submitit requeues it and the trainer resumes from its last
+  checkpoint (``launch.slurm_job``), at most ``max_requeues`` times for time limits.
+- **In flight.** ``run_cache.ensure_run`` records every submitted job beside its cache entry
+  (``launch.inflight``). With ``detach`` it returns right after the submission; a later grid finds
+  the record, and follows a job still queued or running (``adopt``: polled and reported like its
+  own, never submitted again) instead of submitting the run again.
 - **The run folder's lock** stays with the grid; the job is told the grid's pid AND host and
   vouches for the lock itself (``launch.slurm_job``), since the grid is not the trainer's parent.
 
@@ -33,7 +43,7 @@ How it works, and why:
 ``account``        ``--account``
 ``qos``            ``--qos``
 ``time_min``       time limit in minutes when the shape sets none (default 60)
-``mem_gb``         memory per job in GB when the shape sets none (default: the cluster's default)
+``mem_gb``         memory per node in GB when the shape sets none (default: the cluster's default)
 ``sbatch``         extra sbatch lines, a list of ``--name=value`` / ``--flag`` (``#SBATCH`` optional)
 ``setup``          shell lines run in the job script before the run (``module load ...``)
 ``array_parallelism``  at most this many jobs of the array at once (default ``launcher.max_runs``, else 256)
@@ -45,6 +55,9 @@ How it works, and why:
                    expected run neither arrives nor is reported settled (default 60)
 ``signal_delay_s`` SLURM's warning signal before the time limit (submitit's ``--signal``;
                    default 120; it must be below the limit minus 30 s and the start-up, docs/slurm.md)
+``max_requeues``   how many times a job is requeued at its time limit before it is let fail (default 3)
+``detach``         true: submit the grid's missing runs and return without waiting (the grid raises
+                   ``GridDetached``; ``python -m replication status`` shows them; re-run to collect)
 =================  ================================================================================
 """
 
@@ -65,15 +78,14 @@ from replication.launch.backend import Backend, Handle, Job, register_backend
 from replication.launch.config import LauncherConfig
 from replication.launch.local import LaunchStopped
 from replication.launch.shape import RunShape
+from replication.launch.inflight import InFlight
 from replication.launch.slurm_job import LOCK_ENV, PARENT_ENV, remote_lock_value, run_in_job
+from replication.launch.slurm_queue import RUNNING, WAITING, parse_sacct  # noqa: F401 (parse_sacct: tests)
 
-OPTIONS = {"partition": str, "account": str, "qos": str, "time_min": int, "mem_gb": (int, float), "sbatch": list, "setup": list, "array_parallelism": int, "job_name": str,
-           "folder": str, "poll_s": (int, float), "gather_s": (int, float), "signal_delay_s": int}
+OPTIONS = {"partition": str, "account": str, "qos": str, "time_min": int, "mem_gb": (int, float), "sbatch": list,
+           "setup": list, "array_parallelism": int, "job_name": str, "folder": str, "poll_s": (int, float),
+           "gather_s": (int, float), "signal_delay_s": int, "max_requeues": int, "detach": bool}
 """``launcher.options`` the backend reads, with their types (an unknown key is a ConfigError)."""
-RUNNING = {"RUNNING", "COMPLETING", "CONFIGURING", "STAGE_OUT"}
-WAITING = {"PENDING", "REQUEUED", "REQUEUE_HOLD", "REQUEUE_FED", "RESIZING", "SUSPENDED", "PREEMPTED",
-           "SUBMITTED"}
-"""States in which a job is not over (PREEMPTED: requeued by the scheduler)."""
 TAIL = 3000
 
 
@@ -88,7 +100,7 @@ def parse_options(options: Mapping[str, Any]) -> dict[str, Any]:
         raise ConfigError(f"launcher.options: unknown key(s) {unknown} for the slurm backend "
                           f"(known: {sorted(OPTIONS)})")
     for k, v in options.items():
-        if v is not None and (not isinstance(v, OPTIONS[k]) or isinstance(v, bool)):
+        if v is not None and (not isinstance(v, OPTIONS[k]) or (isinstance(v, bool) and OPTIONS[k] is not bool)):
             raise ConfigError(f"launcher.options.{k}={v!r}: expected {OPTIONS[k]}")
     return dict(options)
 
@@ -110,26 +122,6 @@ def sbatch_lines(lines: list[str]) -> dict[str, Any]:
     return out
 
 
-def parse_sacct(text: str) -> dict[str, str]:
-    """{job id: state} from ``sacct -n -P -X -o JobID,State``; a pending array range
-    ``123_[0-3%2]`` is expanded, ``CANCELLED by 0`` is ``CANCELLED``."""
-    states: dict[str, str] = {}
-    for line in text.splitlines():
-        if "|" not in line:
-            continue
-        jid, state = line.split("|")[:2]
-        state = state.split()[0] if state.strip() else "UNKNOWN"
-        if "_[" in jid:
-            main, rng = jid.split("_[", 1)
-            for part in rng.rstrip("]").split("%")[0].split(","):
-                lo, _, hi = part.partition("-")
-                for i in range(int(lo), int(hi or lo) + 1):
-                    states[f"{main}_{i}"] = state
-        else:
-            states[jid] = state
-    return states
-
-
 @register_backend("slurm")
 class SlurmBackend(Backend):
     batches = True
@@ -143,6 +135,9 @@ class SlurmBackend(Backend):
         self.poll_s = float(self.options.get("poll_s") or 5)
         self.gather_s = float(self.options.get("gather_s") or 60)
         self.host = socket.gethostname()
+        self.detach = bool(self.options.get("detach"))
+        """Submit and return without waiting (``run_cache.ensure_run`` reads it; ``run_grid``'s
+        ``detach`` sets it)."""
         self._cond = threading.Condition()
         self._pending: list[dict] = []
         self._expected = 0
@@ -151,6 +146,7 @@ class SlurmBackend(Backend):
         self._submitting = False
         self._stopped = False
         self._arrays: list[str] = []
+        self._adopted: set[str] = set()
         self._handles: dict[str, Handle] = {}
         self._states: dict[str, str] = {}
         self._polled = 0.0
@@ -159,9 +155,6 @@ class SlurmBackend(Backend):
     # -- planning ----------------------------------------------------------------------------
 
     def check(self, shape: RunShape) -> None:
-        if shape.nodes != 1:
-            raise ConfigError(f"launcher.backend=slurm: multi-node runs ({shape.nodes} nodes) are not "
-                              f"implemented yet (srun + torchrun rendezvous, issue 35)")
         if self.options.get("time_min") is not None and self.options["time_min"] < 1:
             raise ConfigError("launcher.options.time_min: at least 1 minute")
 
@@ -181,12 +174,14 @@ class SlurmBackend(Backend):
             self._local.submitted = False
 
     def parameters(self, shape: RunShape) -> dict[str, Any]:
-        """submitit's SlurmExecutor parameters for runs of ``shape`` (the sbatch resources)."""
+        """submitit's SlurmExecutor parameters for runs of ``shape`` (the sbatch resources): one
+        task per node holding the node's processes, their CPUs and GPUs (``--gpus-per-node``),
+        memory per node; requeueable (``--requeue``)."""
         o = self.options
         params: dict[str, Any] = {
             "job_name": o.get("job_name") or "replication",
             "time": int(shape.time_limit_min or o.get("time_min") or 60),
-            "nodes": 1, "ntasks_per_node": 1,
+            "nodes": shape.nodes, "ntasks_per_node": 1,
             "cpus_per_task": shape.cpus_per_node,
             "signal_delay_s": int(o.get("signal_delay_s") or 120),
             "array_parallelism": int(o.get("array_parallelism") or self.config.max_runs or 256),
@@ -202,8 +197,7 @@ class SlurmBackend(Backend):
                 params[name] = o[name]
         if o.get("setup"):
             params["setup"] = [str(x) for x in o["setup"]]
-        if self.extra:
-            params["additional_parameters"] = dict(self.extra)
+        params["additional_parameters"] = {"requeue": True, **self.extra}
         return params
 
     # -- submitting --------------------------------------------------------------------------
@@ -259,10 +253,11 @@ class SlurmBackend(Backend):
             by_shape.setdefault(slot["job"].shape, []).append(slot)
         for shape, slots in by_shape.items():
             try:
-                ex = submitit.SlurmExecutor(folder=self.folder)
+                ex = submitit.SlurmExecutor(folder=self.folder, max_num_timeout=int(self.options.get("max_requeues", 3)))
                 ex.update_parameters(**self.parameters(shape))
                 jobs = ex.map_array(run_in_job, [s["job"].command for s in slots], [s["env"] for s in slots],
-                                    [str(s["job"].log) for s in slots], [shape.processes] * len(slots))
+                                    [str(s["job"].log) for s in slots], [shape.processes] * len(slots),
+                                    [shape.nodes] * len(slots))
             except Exception as e:  # noqa: BLE001 (sbatch refused: every run of the batch hears it)
                 for s in slots:
                     s["error"] = RuntimeError(f"sbatch refused {len(slots)} run(s): {e}")
@@ -276,10 +271,30 @@ class SlurmBackend(Backend):
                     self._scancel([array])
                 for s, j in zip(slots, jobs):
                     handle = Handle(job=s["job"], job_id=j.job_id, command=list(s["job"].command),
-                                    state={"submitit": j})
+                                    state={"job_log": str(j.paths.stdout), "submitted": time.time()})
                     self._handles[j.job_id] = handle
                     self._states[j.job_id] = "SUBMITTED"
                     s["handle"] = handle
+
+    def record(self, handle: Handle, key: str) -> InFlight:
+        """The in-flight record of a submitted run (``launch.inflight``)."""
+        stamp = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(handle.state.get("submitted", time.time())))
+        return InFlight(key=key, name=handle.job.name, job_id=str(handle.job_id), host=self.host,
+                        submitted=stamp, log=str(handle.job.log), job_log=handle.state["job_log"])
+
+    def adopt(self, record: InFlight) -> Handle:
+        """Follow a job an earlier grid submitted (its in-flight record) as if this backend had
+        submitted it: ``wait`` polls it with the others and reports its failure the same way.
+        ``cancel_all`` leaves it alone: Ctrl-C of a grid that collects never cancels them."""
+        job = Job(name=record.name, command=[], env={}, shape=RunShape(), log=Path(record.log))
+        handle = Handle(job=job, job_id=record.job_id, state={"job_log": record.job_log, "adopted": True})
+        with self._cond:
+            if record.array not in self._arrays:
+                self._arrays.append(record.array)
+                self._adopted.add(record.array)
+            self._handles[record.job_id] = handle
+            self._states.setdefault(record.job_id, "SUBMITTED")
+        return handle
 
     # -- waiting -----------------------------------------------------------------------------
 
@@ -340,8 +355,7 @@ class SlurmBackend(Backend):
 
     def failure(self, handle: Handle, state: str) -> str:
         """The message of a failed job: id, state, both logs and their tails."""
-        sub = handle.state["submitit"]
-        job_log = Path(sub.paths.stdout)
+        job_log = Path(handle.state["job_log"])
         parts = [f"slurm job {handle.job_id} ({handle.job.name}) ended {state}",
                  f"  run log: {handle.job.log}", f"  job log: {job_log}"]
         for what, path in (("run log", Path(handle.job.log)), ("job log", job_log)):
@@ -355,13 +369,13 @@ class SlurmBackend(Backend):
     # -- cancelling --------------------------------------------------------------------------
 
     def cancel(self, handle: Handle) -> None:
-        if handle.job_id:
+        if handle.job_id and not handle.state.get("adopted"):
             self._scancel([handle.job_id])
 
     def cancel_all(self) -> None:
         with self._cond:
             self._stopped = True
-            arrays = list(self._arrays)
+            arrays = [a for a in self._arrays if a not in self._adopted]
             self._cond.notify_all()
         if arrays:
             self._scancel(arrays)

@@ -25,7 +25,10 @@ from tqdm.auto import tqdm
 
 from replication.interrupts import RunGuard
 from replication.arms import QUICK_PROFILE, Arm, _slug, select_arms  # noqa: F401 (notebooks read Arm here)
+from replication.config import ConfigError
 from replication.launch import LauncherConfig, RunShape, make_backend
+from replication.launch.collect import detached_message, still_in_flight
+from replication.launch.inflight import GridDetached, RunDetached, remove_record
 from replication.orchestration.run_cache import (DEFAULT_CACHE, cached_run, copy_export, ensure_run, export_run, exported_key,
                                                  published_exports, run_key, run_shape_of)
 from replication.store.run_key import FileDigests
@@ -44,6 +47,7 @@ def run_grid(
     published: list[Path] | tuple = (),
     launcher: LauncherConfig | Mapping | None = None,
     shape: Mapping | None = None,
+    detach: bool | None = None,
 ) -> pd.DataFrame:
     """Train every missing (arm, seed), export each to OUT/<arm>/s<seed>/, return one row per run.
     ``published``: export folders (``<root>/<arm>/s<seed>``) whose runs are copied, not retrained,
@@ -53,7 +57,13 @@ def run_grid(
     the runs: on CPU as many at once as the cores hold their processes × threads, on GPUs one
     disjoint slice each (``replication.launch``); ``workers`` caps the runs at once (None: as the
     launcher's slots allow). ``shape``: fields of every run's ``RunShape`` (e.g. ``{"processes":
-    8}``), which enter the keys; the launcher never does."""
+    8}``), which enter the keys; the launcher never does.
+
+    On a scheduler (``slurm``) a run whose job an earlier grid submitted and that is still queued
+    or running is waited for, never submitted again (``launch.collect``). ``detach`` (None: the
+    launcher's ``options.detach``): submit the missing runs and return without waiting, raising
+    ``GridDetached`` (how many are in flight, how to watch and collect them) once the finished
+    ones are exported; running the grid again collects them."""
     cache, out_dir = Path(cache), Path(out_dir)
     names = [a.name for a in arms]
     if len(set(names)) != len(names):
@@ -73,6 +83,7 @@ def run_grid(
         key = keys[arm.name, seed]
         if exported_key(dest) == key:
             found["exported"] += 1
+            remove_record(cache, key)  # a job recorded for a run found finished is over
         elif key in elsewhere:
             copy_export(elsewhere[key], dest, key)
             found["published"] += 1
@@ -82,20 +93,42 @@ def run_grid(
                 todo.append((arm, seed))
                 continue
             export_run(cached, dest, key)
+            remove_record(cache, key)
             found["cache"] += 1
         rows.append({"arm": arm.name, "seed": seed, "dir": str(dest)})
+    # the missing runs whose jobs an earlier grid submitted and that still run: waited for
+    flying = still_in_flight(cache, {keys[a.name, s]: f"{a.name} seed {s}" for a, s in todo}) if todo else {}
+    adopt = [(a, s) for a, s in todo if keys[a.name, s] in flying]
+    todo = [(a, s) for a, s in todo if keys[a.name, s] not in flying]
     print(f"{len(jobs)} runs: {found['exported']} already exported here, {found['published']} copied from the "
           f"published results, {found['cache']} from the run cache, {len(todo)} to train"
           + (": " + ", ".join(f"{a.name} s{s}" for a, s in todo[:12]) + (" ..." if len(todo) > 12 else "")
              if todo else ""))
-    if todo:
+    if adopt:
+        print(f"{len(adopt)} run(s) in flight from an earlier submission, not submitted again: "
+              + ", ".join(f"{a.name} s{s} (job {flying[keys[a.name, s]].job_id})" for a, s in adopt[:12])
+              + (" ..." if len(adopt) > 12 else ""))
+    submitted, waiting, detaching = [], [flying[keys[a.name, s]] for a, s in adopt], False
+    if todo or adopt:
         backend = make_backend(launcher)
+        detaching = bool(LauncherConfig.from_mapping(launcher).options.get("detach") if detach is None else detach)
+        if detaching and not backend.batches:
+            raise ConfigError(f"detach: launcher.backend={backend.name} runs its runs as this process's "
+                              f"children; only a scheduler's backend (slurm) can leave them in flight")
+        backend.detach = detaching
+        if adopt and not hasattr(backend, "adopt"):
+            raise ConfigError(f"{len(adopt)} run(s) of this grid are in flight on SLURM (jobs "
+                              f"{', '.join(sorted({r.array for r in waiting}))}); launcher.backend={backend.name} "
+                              f"cannot follow them: collect them with launcher.backend: slurm, or scancel them first")
+        if detaching:
+            adopt = []  # not waited for: GridDetached counts them
         shapes = [run_shape_of(profile, a.overrides, s, shape) for a, s in todo]
         for one in set(shapes):  # a run the launcher can never place stops the grid before any compute
             backend.check(one)
-        at_once = min(len(todo), min(backend.capacity(one) for one in set(shapes)) if workers is None else workers)
+        at_once = min(len(todo), min((backend.capacity(one) for one in set(shapes)), default=1)
+                      if workers is None else workers)
         if backend.batches:  # a scheduler queues them: every run is submitted at once, as one array
-            at_once = len(todo)
+            at_once = len(todo) + len(adopt)
             backend.expect(len(todo))
         failed: list[Exception] = []
         # Ctrl-C / SIGTERM (RunGuard): queued runs never start, running ones are terminated (the
@@ -103,7 +136,7 @@ def run_grid(
         # the grid again resumes it. A failed run stops the grid the same way.
         pool, guard = cf.ThreadPoolExecutor(max_workers=max(1, at_once)), RunGuard()
         try:
-            with guard, tqdm(total=len(todo), desc="runs") as bar:
+            with guard, tqdm(total=len(todo) + len(adopt), desc="runs") as bar:
                 def train(arm: Arm, seed: int):
                     try:
                         return ensure_run(profile, arm.overrides, seed, steps, cache, arm.name, guard, digests,
@@ -111,11 +144,27 @@ def run_grid(
                     finally:
                         backend.settled()  # a run that never reached the launcher: do not wait for it
 
+                def collect(arm: Arm, seed: int):  # an earlier grid's job, still queued or running
+                    key = keys[arm.name, seed]
+                    backend.wait(backend.adopt(flying[key]))  # JobFailed names it when it fails
+                    run_dir = cached_run(key, cache)
+                    if run_dir is None:
+                        raise RuntimeError(f"slurm job {flying[key].job_id} ({arm.name} seed {seed}) completed but "
+                                           f"its run {cache / key} does not verify; the next run of the grid "
+                                           f"trains it again (run log: {flying[key].log})")
+                    remove_record(cache, key)
+                    return run_dir
+
                 futures = {pool.submit(train, a, s): (a, s) for a, s in todo}
+                futures.update({pool.submit(collect, a, s): (a, s) for a, s in adopt})
                 for fut in cf.as_completed(futures):
                     arm, seed = futures[fut]
                     try:
                         run_dir = fut.result()
+                    except RunDetached as e:  # submitted, not waited for (detach)
+                        submitted.append(e.record)
+                        bar.update(1)
+                        continue
                     except Exception as e:  # a scheduler's jobs are independent: collect the others first
                         if not backend.batches:
                             raise
@@ -126,15 +175,17 @@ def run_grid(
                     export_run(run_dir, dest, keys[arm.name, seed])
                     rows.append({"arm": arm.name, "seed": seed, "dir": str(dest)})
                     bar.update(1)
-            if failed:
-                raise failed[0] if len(failed) == 1 else RuntimeError(
-                    f"{len(failed)} runs failed:\n\n" + "\n\n".join(str(e) for e in failed)) from failed[0]
         except BaseException:
             guard.terminate_all()
             backend.cancel_all()
             pool.shutdown(wait=True, cancel_futures=True)
             raise
         pool.shutdown(wait=True)
+        if failed:  # every other run has ended (or, detached, is left in flight): nothing to cancel
+            raise failed[0] if len(failed) == 1 else RuntimeError(
+                f"{len(failed)} runs failed:\n\n" + "\n\n".join(str(e) for e in failed)) from failed[0]
+    if submitted or (detaching and waiting):  # the finished runs are exported; the rest flies on
+        raise GridDetached(detached_message(submitted, waiting))
     order = {n: i for i, n in enumerate(names)}
     return pd.DataFrame(rows).sort_values(["arm", "seed"], key=lambda c: c.map(order) if c.name == "arm" else c).reset_index(drop=True)
 

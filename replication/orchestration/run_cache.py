@@ -33,6 +33,7 @@ from replication.code_digest import NOT_TRAINING, training_code_digest  # noqa: 
 from replication.config import load_profile, to_dict
 from replication.interrupts import GridInterrupted, RunGuard
 from replication.launch import Backend, Job, LauncherConfig, RunShape, make_backend
+from replication.launch.inflight import RunDetached, remove_record, write_record
 from replication.launch.local import LaunchStopped
 from replication.store import MANIFEST, DamagedArtifact, io_errors, staged_dir, write_atomic, writer_lock
 from replication.store.run_evidence import EXPORT_KIND, check_key, claimed_key, read_json, verify_run
@@ -166,7 +167,12 @@ def ensure_run(profile: str, overrides: dict, seed: int, steps: int | None,
     ``launcher`` places the trainer (``launch.backend``; None: a local backend of its own, which
     starts it as ``python -m replication train ...`` as always): it may wait for a free slot,
     prefix torchrun, and add ``CUDA_VISIBLE_DEVICES`` and the provenance variables to the
-    environment. None of that enters the key or config.json; ``shape`` does (``run_key``)."""
+    environment. None of that enters the key or config.json; ``shape`` does (``run_key``).
+
+    A launcher that queues runs (``slurm``) gets its job recorded beside the entry
+    (``launch.inflight``, ``<cache>/<key>.job.json``) as soon as it is submitted, so that a later
+    grid or ``python -m replication status`` finds it; with the launcher's ``detach`` the record
+    is all: ``RunDetached`` is raised without waiting (the job takes the entry's lock over)."""
     key, record, run = _key_and_shape(profile, overrides, seed, steps, digests, shape)
     done = cached_run(key, cache)
     if done is not None:
@@ -194,7 +200,8 @@ def ensure_run(profile: str, overrides: dict, seed: int, steps: int | None,
         with io_errors(log):  # a full disk: one line naming the log
             log.touch()  # the run's log exists from its start, wherever it is placed
             try:  # Ctrl-C / SIGTERM of a grid: the grid cancels the launcher's runs
-                returncode = backend.run(job)
+                returncode = (_run_queued(backend, job, Path(cache), key) if backend.batches
+                              else backend.run(job))
             except LaunchStopped as e:
                 raise GridInterrupted(str(e)) from None
         if guard is not None and guard.stopped:
@@ -205,6 +212,30 @@ def ensure_run(profile: str, overrides: dict, seed: int, steps: int | None,
         verify_run(run_dir, kind=RUN_KIND)  # exit 0 without a verifying run is not a run
         check_key(run_dir, key)
     return run_dir
+
+
+def _run_queued(backend: Backend, job: Job, cache: Path, key: str) -> int:
+    """``backend.run`` for a scheduler's queue: the submitted job is recorded (in flight) before
+    it is waited for; its record goes once it completed, stays when it failed (``status`` shows
+    it; the next submission replaces it). A detaching backend raises ``RunDetached`` instead of
+    waiting."""
+    handle = backend.submit(job)
+    try:
+        record = backend.record(handle, key)
+        write_record(cache, record)
+    except BaseException:
+        backend.cancel(handle)
+        raise
+    if getattr(backend, "detach", False):
+        raise RunDetached(record)
+    try:
+        returncode = backend.wait(handle)
+    except BaseException:
+        backend.cancel(handle)
+        raise
+    if returncode == 0:
+        remove_record(cache, key)
+    return returncode
 
 
 def export_run(run_dir: Path, dest: Path, key: str | None = None) -> None:

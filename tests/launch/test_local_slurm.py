@@ -3,63 +3,34 @@ backend will drive it: job arrays, accounting (`sacct`), fake GPUs as generic re
 cancellation, time limits.
 
 Skipped when SLURM is not running (`sinfo` absent or failing), unless REPLICATION_REQUIRE_SLURM=1,
-which turns the skip into a failure (CI sets it after `bash scripts/local_slurm.sh start`).
+which turns the skip into a failure (tests/slurm_helpers.need_slurm; CI sets it after
+`bash scripts/local_slurm.sh start`).
 About 1.5 minutes: the time-limit test waits for SLURM's once-every-30-s time-limit check.
 """
 
 from __future__ import annotations
 
 import os
-import shutil
 import subprocess
 import sys
 import time
 from pathlib import Path
 
 import pytest
+from slurm_helpers import need_slurm, slurm_problem
 from slurm_helpers import sacct as _sacct
 from slurm_helpers import wait_for as _wait
-
-REQUIRED = os.environ.get("REPLICATION_REQUIRE_SLURM") == "1"
-START_HINT = "start it with `bash scripts/local_slurm.sh start` (docs/slurm.md)"
-
-
-def _skip_or_fail(reason: str) -> None:
-    if REQUIRED:
-        pytest.fail(f"{reason}, and REPLICATION_REQUIRE_SLURM=1 makes that a failure; {START_HINT}")
-    pytest.skip(f"{reason}; {START_HINT}")
 
 
 def _run(*cmd: str, timeout: float = 30) -> str:
     return subprocess.run(cmd, check=True, capture_output=True, text=True, timeout=timeout).stdout
 
 
-def _slurm_problem() -> str | None:
-    """Why SLURM cannot be used here, or None when it can."""
-    for tool in ("sinfo", "sbatch", "sacct", "scancel"):
-        if shutil.which(tool) is None:
-            return f"SLURM is not installed (`{tool}` not on PATH)"
-    for cmd in (["sinfo", "-h", "-o", "%T"], ["sacct", "-n", "-X", "-j", "1"]):
-        try:
-            subprocess.run(cmd, check=True, capture_output=True, text=True, timeout=30)
-        except subprocess.TimeoutExpired:
-            return f"SLURM is not running (`{' '.join(cmd)}` timed out)"
-        except subprocess.CalledProcessError as e:
-            last = (e.stderr or e.stdout or "").strip().splitlines()[-1:] or ["no output"]
-            return f"SLURM is not running (`{' '.join(cmd)}` failed: {last[0]})"
-    return None
-
-
 @pytest.fixture(scope="module")
 def submitit():
-    problem = _slurm_problem()
-    if problem:
-        _skip_or_fail(problem)
-    try:
-        import cloudpickle
-        import submitit
-    except ImportError:
-        _skip_or_fail("submitit is not installed (pip install -e '.[slurm]')")
+    need_slurm()
+    import cloudpickle
+    import submitit
     # The jobs unpickle this module's functions in a process that cannot import the test module
     # (pytest imports it with importlib): ship them by value.
     cloudpickle.register_pickle_by_value(sys.modules[__name__])
@@ -80,7 +51,7 @@ def timeout_job(submitit, tmp_path_factory):
 
 @pytest.fixture(autouse=True, scope="module")
 def _start_timeout_job_early(request):
-    if _slurm_problem() is None:
+    if slurm_problem() is None:
         request.getfixturevalue("timeout_job")
 
 
@@ -88,10 +59,6 @@ def _executor(submitit, folder: Path, **params):
     ex = submitit.AutoExecutor(folder=folder, cluster="slurm")
     ex.update_parameters(**{"timeout_min": 5, "cpus_per_task": 1, "mem_gb": 1, **params})
     return ex
-
-
-
-
 
 
 # ---------------------------------------------------------------- functions the jobs run

@@ -1,42 +1,35 @@
-"""The ``slurm`` launch backend (issue 35.2) against the one-node SLURM of scripts/local_slurm.sh.
+"""The ``slurm`` launch backend (issue 35): what needs no cluster, and stopping a grid on the
+one-node SLURM of scripts/local_slurm.sh.
 
-- a 2 arms × 1 seed grid on the smoke profile (1 step) through ``slurm`` gives the numbers of the
-  same grid through ``local``, each with its own run cache; both runs went as ONE array (sacct),
-  and each run's provenance names backend slurm, its job ``<array>_<index>`` and its host;
-- a job killed with ``scancel`` is reported by its id, the other job of the array still finishes,
-  the grid raises, and the next run submits only the killed one.
+- launcher.options → sbatch resources; a multi-node shape's plan (nodes, one task per node, GPUs
+  and CPUs per node, requeueable); sacct/squeue parsing; gathering runs into one submission; the
+  lock hand-off of a job; the in-flight records; the requeued job's command (``--resume``);
+- against the cluster: the grid's stop path cancels the whole array.
 
-The SLURM tests skip when SLURM is not running (``sinfo`` absent or failing), unless
-REPLICATION_REQUIRE_SLURM=1 makes that a failure (as in tests/launch/test_local_slurm.py). The
-first tests need no cluster: the options, sacct parsing and the lock hand-off of a job.
-About 2 minutes on 2 busy cores.
+The grid on the cluster is tests/launch/test_slurm_grid.py, requeue and multi-node
+tests/launch/test_slurm_job.py. The cluster test skips when SLURM is not running, unless
+REPLICATION_REQUIRE_SLURM=1 makes that a failure (tests/slurm_helpers.need_slurm).
 """
 
 from __future__ import annotations
 
-import json
+import dataclasses
 import os
 import subprocess
 import sys
 import threading
 import time
-from pathlib import Path
 
 import pytest
+from slurm_helpers import need_slurm
 from slurm_helpers import sacct as _sacct
 from slurm_helpers import wait_for as _wait
 
-from dist_helpers import _close, _jsonl
 from replication.config import ConfigError
 from replication.launch import LauncherConfig, RunShape, make_backend
 from replication.launch.slurm import SlurmBackend, parse_sacct, sbatch_lines
 from replication.launch.slurm_job import lock_state, parse_remote_lock, remote_lock_value
 from replication.orchestration import grid, run_cache
-
-REQUIRED = os.environ.get("REPLICATION_REQUIRE_SLURM") == "1"
-START_HINT = "start it with `bash scripts/local_slurm.sh start` (docs/slurm.md)"
-ARMS = [grid.Arm("U", {"allocator.name": "uniform"}), grid.Arm("V", {"allocator.name": "vip"})]
-STEPS = 1
 
 
 # ---------------------------------------------------------------- without a cluster
@@ -47,15 +40,16 @@ def test_options_become_sbatch_resources():
     p = b.parameters(RunShape(processes=2, gpus_per_process=1, cpus_per_process=4, memory_gb=None))
     assert (p["partition"], p["account"], p["qos"], p["time"], p["mem"]) == ("gpu", "proj", "high", 30, "1536MB")
     assert (p["gpus_per_node"], p["cpus_per_task"], p["array_parallelism"]) == (2, 8, 3)
-    assert p["additional_parameters"] == {"constraint": "a100", "exclusive": True, "gres": "gpu:2"}
+    assert p["additional_parameters"] == {"requeue": True, "constraint": "a100", "exclusive": True, "gres": "gpu:2"}
     p = b.parameters(RunShape(time_limit_min=600, memory_gb=64))
     assert (p["time"], p["mem"], "gpus_per_node" in p) == (600, "65536MB", False)  # the shape wins
     with pytest.raises(ConfigError, match="unknown key"):
         make_backend({"backend": "slurm", "options": {"partiton": "gpu"}})
     with pytest.raises(ConfigError, match="not an sbatch option"):
         sbatch_lines(["constraint=a100"])
-    with pytest.raises(ConfigError, match="multi-node"):
-        b.check(RunShape(nodes=2))
+    with pytest.raises(ConfigError, match=r"launcher.options.detach='yes': expected <class 'bool'>"):
+        make_backend({"backend": "slurm", "options": {"detach": "yes"}})
+    assert make_backend({"backend": "slurm", "options": {"detach": True}}).detach is True
 
 
 def test_sacct_states_with_pending_ranges():
@@ -120,139 +114,127 @@ def test_a_job_vouches_only_for_the_grid_that_holds_the_lock(tmp_path):
     assert subprocess.run(probe, capture_output=True, text=True, check=True).stdout.strip() == "mine"
 
 
+
+def test_a_multi_node_run_is_one_task_per_node_with_the_node_resources():
+    """The plan of a 4-node run of 2 processes × 1 GPU × 3 threads, from the backend's own
+    ``parameters`` and as submitit writes it into the sbatch script."""
+    from submitit.slurm.slurm import _make_sbatch_string
+
+    b = SlurmBackend(LauncherConfig(backend="slurm", options={"signal_delay_s": 90}))
+    shape = RunShape(nodes=4, processes=2, gpus_per_process=1, cpus_per_process=3, memory_gb=8)
+    b.check(shape)  # multi-node is placed now
+    p = b.parameters(shape)
+    assert (p["nodes"], p["ntasks_per_node"], p["gpus_per_node"], p["cpus_per_task"], p["mem"]) == \
+        (4, 1, 2, 6, "8192MB")
+    assert p["additional_parameters"] == {"requeue": True}
+    script = _make_sbatch_string(command="python -u -m submitit.core._submit F", folder="/f", **p)
+    lines = set(script.splitlines())
+    for line in ("#SBATCH --nodes=4", "#SBATCH --ntasks-per-node=1", "#SBATCH --gpus-per-node=2",
+                 "#SBATCH --cpus-per-task=6", "#SBATCH --mem=8192MB", "#SBATCH --requeue",
+                 "#SBATCH --signal=USR2@90"):
+        assert line in lines, (line, script)
+
+
+def test_each_node_runs_torchrun_with_its_rank_on_one_rendezvous(monkeypatch):
+    from replication.launch.slurm_job import node_prefix, node_rank, rendezvous_port
+    from replication.store.run_key import normalized_command
+
+    port = rendezvous_port("812_3")
+    assert port == rendezvous_port("812_3") and 20000 <= port < 40000  # every task computes the same
+    prefix = node_prefix(2, 1, 4, f"node-a:{port}", "812-3")
+    torchrun = prefix[prefix.index("torch.distributed.run") + 1:-2]
+    assert dict(zip(torchrun[::2], torchrun[1::2])) == {
+        "--nnodes": "2", "--node-rank": "1", "--nproc-per-node": "4", "--rdzv-backend": "static",
+        "--rdzv-endpoint": f"node-a:{port}", "--rdzv-id": "812-3"}
+    train = ["train", "--profile", "smoke", "--seed", "0", "--out", "/x"]
+    assert normalized_command(prefix + train) == normalized_command(train)  # placement is not in the key
+    assert node_rank({"SLURM_PROCID": "3", "SLURM_NODEID": "3"}) == 3 and node_rank({}) == 0
+
+
+def test_a_requeued_job_resumes_only_from_a_checkpoint(tmp_path):
+    from replication.launch.slurm_job import restart_count, resumed_command
+
+    cmd = ["python", "-m", "replication", "train", "--seed", "0", "--out", str(tmp_path / "run"), "--overwrite"]
+    assert resumed_command(cmd) == cmd  # stopped before its first checkpoint: from the start
+    assert resumed_command(cmd[:-1] + ["--resume"]) == cmd
+    assert restart_count({"SLURM_RESTART_COUNT": "2"}) == 2 and restart_count({}) == 0
+
+
+def test_in_flight_records_live_beside_the_cache_entry(tmp_path):
+    from replication.launch.collect import detached_message
+    from replication.launch.inflight import InFlight, read_record, record_path, remove_record, write_record
+    from replication.launch.slurm_queue import GONE, phase
+
+    rec = InFlight(key="abc", name="U seed 0", job_id="77_3", host="login1", submitted="2026-12-03T10:00:00Z",
+                   log=str(tmp_path / "abc.log"), job_log="/f/77_3_0_log.out")
+    assert read_record(tmp_path, "abc") is None
+    assert write_record(tmp_path, rec) == record_path(tmp_path, "abc") == tmp_path / "abc.job.json"
+    assert read_record(tmp_path, "abc") == rec and (rec.array, rec.index) == ("77", 3)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["abc.job.json"]  # no temporary left behind
+    record_path(tmp_path, "abc").write_text("{not json")
+    with pytest.warns(UserWarning, match="abc.job.json is not readable"):
+        assert read_record(tmp_path, "abc") is None
+    remove_record(tmp_path, "abc")
+    remove_record(tmp_path, "abc")  # gone already: nothing to do
+    assert not record_path(tmp_path, "abc").exists()
+    assert [phase(s) for s in ("PENDING", "REQUEUED", "RUNNING", "COMPLETED", "TIMEOUT", GONE)] == \
+        ["in flight"] * 3 + ["done", "failed", "failed"]
+    text = detached_message([rec], [dataclasses.replace(rec, job_id="70_0")])
+    assert text.startswith("2 run(s) in flight on SLURM (1 submitted now, 1 submitted earlier; job(s) 70, 77)")
+    assert "python -m replication status" in text and "again to collect" in text
+
+
+ARMS = [grid.Arm("U", {"allocator.name": "uniform"}), grid.Arm("V", {"allocator.name": "vip"})]
+
+
+def test_only_a_scheduler_can_detach(tmp_path):
+    """The local backend's runs are this process's children: detach is refused before any run."""
+    for launcher, detach in (({"backend": "local", "options": {"detach": True}}, None), (None, True)):
+        with pytest.raises(ConfigError, match="detach: launcher.backend=local runs its runs as this process's"):
+            grid.run_grid("smoke", ARMS[:1], [0], tmp_path / "out", steps=1, cache=tmp_path / "cache",
+                          launcher=launcher, detach=detach)
+    assert not (tmp_path / "cache").exists()
+
+
+def test_where_slurm_does_not_answer_nothing_recorded_is_submitted_again(tmp_path, monkeypatch):
+    """Records of an earlier grid's jobs, on a machine where neither squeue nor sacct answers: the
+    grid stops rather than submit a run twice; status shows them unknown."""
+    from replication.launch.collect import still_in_flight
+    from replication.launch.inflight import InFlight, write_record
+    from replication.launch.slurm_queue import QueueUnreadable
+    from replication.launch.status import grid_status
+
+    key = run_cache.run_key("smoke", ARMS[0].overrides, 0, 1)[0]
+    write_record(tmp_path, InFlight(key=key, name="U seed 0", job_id="77_0", host="login1",
+                                    submitted="2026-12-03T10:00:00Z", log="l", job_log="j"))
+    monkeypatch.setenv("PATH", str(tmp_path / "no-slurm-here"))
+    with pytest.raises(QueueUnreadable, match=r"job\(s\) 77_0: neither squeue nor sacct answered.*U seed 0"):
+        still_in_flight(tmp_path, {key: "U seed 0"})
+    (row,) = grid_status("smoke", ARMS[:1], [0], tmp_path / "out", tmp_path, steps=1)
+    assert (row.state, row.key) == ("unknown", key) and "job 77_0" in row.detail, row
+
+
 # ---------------------------------------------------------------- against the local SLURM
-def _skip_or_fail(reason: str) -> None:
-    if REQUIRED:
-        pytest.fail(f"{reason}, and REPLICATION_REQUIRE_SLURM=1 makes that a failure; {START_HINT}")
-    pytest.skip(f"{reason}; {START_HINT}")
-
-
-def _slurm_problem() -> str | None:
-    import shutil
-
-    for tool in ("sinfo", "sbatch", "sacct", "scancel", "squeue"):
-        if shutil.which(tool) is None:
-            return f"SLURM is not installed (`{tool}` not on PATH)"
-    for cmd in (["sinfo", "-h", "-o", "%T"], ["sacct", "-n", "-X", "-j", "1"]):
-        try:
-            subprocess.run(cmd, check=True, capture_output=True, text=True, timeout=30)
-        except (subprocess.SubprocessError, OSError) as e:
-            return f"SLURM is not running (`{' '.join(cmd)}` failed: {e})"
-    try:
-        import submitit  # noqa: F401
-    except ImportError:
-        return "submitit is not installed (pip install -e '.[slurm]')"
-    return None
-
-
-@pytest.fixture(scope="module")
-def slurm():
-    problem = _slurm_problem()
-    if problem:
-        _skip_or_fail(problem)
-
-
-def _launcher(root: Path, name: str) -> dict:
-    return {"backend": "slurm", "options": {"folder": str(root / "slurm"), "job_name": name, "poll_s": 1,
-                                            "time_min": 10}}
-
-
-
-
-
-
-@pytest.fixture(scope="module")
-def grids(slurm, tmp_path_factory) -> dict:
-    """The same 2 arms × 1 seed grid through local (2 cores) and through slurm, own caches."""
-    root = tmp_path_factory.mktemp("slurm-grid")
-    name = f"repl-test-{os.getpid()}"
-    grid.run_grid("smoke", ARMS, [0], root / "local-out", steps=STEPS, cache=root / "local-cache",
-                  launcher=LauncherConfig(cpus=2))
-    grid.run_grid("smoke", ARMS, [0], root / "slurm-out", steps=STEPS, cache=root / "slurm-cache",
-                  launcher=_launcher(root, name))
-    return {"root": root, "name": name}
-
-
-def _numbers(folder: Path) -> dict:
-    return {"metrics": json.loads((folder / "metrics.json").read_text()), "steps": _jsonl(folder / "steps.jsonl")}
 
 
 @pytest.mark.slow
-def test_slurm_grid_gives_the_local_numbers_as_one_array(grids):
-    root, jobs = grids["root"], []
-    for arm in ARMS:
-        key = run_cache.run_key("smoke", arm.overrides, 0, STEPS)[0]
-        local, slurm = root / "local-cache" / key, root / "slurm-cache" / key
-        assert run_cache.cached_run(key, root / "slurm-cache") == slurm  # entered the cache, verified
-        a, b = _numbers(local), _numbers(slurm)
-        _close(a, b, f"{arm.name}: local vs slurm")
-        for section in ("eval_before", "eval_after"):
-            assert a["metrics"][section] == b["metrics"][section]
-        launch = b["metrics"]["provenance"]["launch"]
-        assert launch["backend"] == "slurm" and launch["world_size"] == 1 and launch["hosts"], launch
-        assert a["metrics"]["provenance"]["launch"]["backend"] == "local"
-        jobs.append(launch["job"])
-    arrays = {j.split("_")[0] for j in jobs}
-    assert len(arrays) == 1 and all("_" in j for j in jobs), jobs  # one array, a task each
-    (array,) = arrays
-    rows = _wait(lambda: (r := _sacct("-j", array, "-o", "JobID,State,JobName")) and
-                 all(x[1] == "COMPLETED" for x in r) and len(r) == 2 and r, 30, f"sacct showing array {array}")
-    assert sorted(r[0] for r in rows) == sorted(jobs) and {r[2] for r in rows} == {grids["name"]}
-
-
-@pytest.mark.slow
-def test_a_cancelled_job_is_reported_and_only_it_is_resubmitted(grids, capsys):
-    root, name = grids["root"], grids["name"] + "-kill"
-    cache, out = root / "kill-cache", root / "kill-out"
-    result: dict = {}
-
-    def first():
-        try:
-            grid.run_grid("smoke", ARMS, [1], out, steps=STEPS, cache=cache, launcher=_launcher(root, name))
-        except BaseException as e:  # noqa: BLE001 (handed to the test's thread)
-            result["error"] = e
-
-    t = threading.Thread(target=first)
-    t.start()
-
-    def running_task():
-        q = subprocess.run(["squeue", "-h", "-n", name, "-t", "RUNNING", "-o", "%i"], capture_output=True,
-                           text=True).stdout.split()
-        return sorted(q)[0] if q else None
-
-    victim = _wait(running_task, 60, f"a running job named {name}")
-    subprocess.run(["scancel", victim], check=True)
-    t.join(timeout=180)
-    assert not t.is_alive(), "the grid did not return after a job was cancelled"
-    err = result.get("error")
-    assert err is not None and f"slurm job {victim} " in str(err) and "CANCELLED" in str(err), err
-    assert "run log:" in str(err) and "job log:" in str(err)
-    # the other run of the array finished and entered the cache; the killed one did not
-    done = [a for a in ARMS if run_cache.cached_run(run_cache.run_key("smoke", a.overrides, 1, STEPS)[0], cache)]
-    assert len(done) == 1, done
-    capsys.readouterr()
-    grid.run_grid("smoke", ARMS, [1], out, steps=STEPS, cache=cache, launcher=_launcher(root, name))
-    captured = capsys.readouterr()
-    assert f"1 already exported here, 0 copied from the published results, 0 from the run cache, 1 to train: {[a for a in ARMS if a not in done][0].name} s1" in captured.out
-    assert "submitted 1 run(s) as job" in captured.err
-
-
-@pytest.mark.slow
-def test_stopping_the_grid_cancels_the_array(grids, monkeypatch):
+def test_stopping_the_grid_cancels_the_array(tmp_path, monkeypatch):
     """The grid's stop path (RunGuard → ``backend.cancel_all``): every job of the array is
     cancelled in SLURM and the grid raises GridInterrupted."""
     from replication.interrupts import GridInterrupted
 
-    root, name = grids["root"], grids["name"] + "-stop"
+    need_slurm()
+    name = f"repl-test-{os.getpid()}-stop"
     made: list = []
     real = grid.make_backend
     monkeypatch.setattr(grid, "make_backend", lambda cfg: made.append(real(cfg)) or made[-1])
     result: dict = {}
+    launcher = {"backend": "slurm", "options": {"folder": str(tmp_path / "slurm"), "job_name": name, "poll_s": 1,
+                                                "time_min": 10}}
 
     def run():
         try:
-            grid.run_grid("smoke", ARMS, [2], root / "stop-out", steps=STEPS, cache=root / "stop-cache",
-                          launcher=_launcher(root, name))
+            grid.run_grid("smoke", ARMS, [2], tmp_path / "out", steps=1, cache=tmp_path / "cache", launcher=launcher)
         except BaseException as e:  # noqa: BLE001
             result["error"] = e
 
@@ -269,3 +251,6 @@ def test_stopping_the_grid_cancels_the_array(grids, monkeypatch):
     # one array of the two runs; cancelled while pending, sacct shows it as one record, its bare id
     assert sorted(made[0]._handles) == [f"{array}_0", f"{array}_1"]
     assert {r[0].split("_")[0] for r in rows} == {array}, rows
+    # the records of the cancelled jobs stay (status shows them failed; a re-run submits again)
+    keys = [run_cache.run_key("smoke", a.overrides, 2, 1)[0] for a in ARMS]
+    assert all((tmp_path / "cache" / f"{k}.job.json").exists() for k in keys)
