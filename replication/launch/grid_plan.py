@@ -219,13 +219,14 @@ def plan_grid(paper: str, scale: str | None = None, params_file: str | Path | No
 
 
 def _warnings(plan: GridPlan) -> list[str]:
-    """The trainer's largest pass (once per distinct line) and a time limit below the estimate."""
+    """The trainer's largest pass (once per distinct line) and, under a scheduler, a time limit
+    below the estimated wall-clock."""
     out: list[str] = []
     for r in plan.runs:
         line = r.memory.pass_warning(plan.profile) if r.memory else None
         if line and line not in out:
             out.append(line)
-    for r in plan.runs:
+    for r in plan.runs if plan.backend != "local" else ():  # only a scheduler enforces the limit
         limit = r.shape.time_limit_min
         if limit and r.gpu_hours is not None:
             wall_min = r.gpu_hours / (r.shape.nodes * r.shape.gpus_per_node) * 60
