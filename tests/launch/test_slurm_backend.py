@@ -214,6 +214,18 @@ def test_where_slurm_does_not_answer_nothing_recorded_is_submitted_again(tmp_pat
     assert (row.state, row.key) == ("unknown", key) and "job 77_0" in row.detail, row
 
 
+def test_slurm_absent_skips_unless_required(tmp_path, monkeypatch):
+    """Every SLURM test goes through ``need_slurm``: a skip naming the cause and the command that
+    starts the cluster, a failure when REPLICATION_REQUIRE_SLURM=1 (CI)."""
+    monkeypatch.setenv("PATH", str(tmp_path))  # no sinfo here
+    monkeypatch.delenv("REPLICATION_REQUIRE_SLURM", raising=False)
+    with pytest.raises(pytest.skip.Exception, match=r"SLURM is not installed \(`sinfo` not on PATH\); start it"):
+        need_slurm()
+    monkeypatch.setenv("REPLICATION_REQUIRE_SLURM", "1")
+    with pytest.raises(pytest.fail.Exception, match="REPLICATION_REQUIRE_SLURM=1 makes that a failure; start it"):
+        need_slurm()
+
+
 # ---------------------------------------------------------------- against the local SLURM
 
 

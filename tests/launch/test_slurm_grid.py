@@ -6,9 +6,10 @@
   time were given different GPUs (``CUDA_VISIBLE_DEVICES``, recorded in each run's provenance);
 - a job killed with ``scancel`` is reported by its id within a minute, the grid raises, and the
   next run submits only that one (its record said CANCELLED);
-- ``detach``: the grid submits and raises ``GridDetached`` at once; ``status`` shows the runs in
-  flight; a second detached run submits nothing; a plain re-run collects them into the cache and
-  the exports without submitting anything (sacct: still the one array).
+- ``detach``: the grid submits (held, so that the jobs surely wait) and raises ``GridDetached``;
+  ``status`` shows the runs in flight; a second detached run submits nothing; once released, a
+  plain re-run collects them into the cache and the exports without submitting anything (sacct:
+  still the one array).
 
 Skipped when SLURM is not running, unless REPLICATION_REQUIRE_SLURM=1 makes that a failure
 (tests/slurm_helpers.need_slurm). About 2.5 minutes on 2 busy cores.
@@ -173,29 +174,31 @@ def test_a_cancelled_job_is_reported_within_a_minute_and_only_it_is_resubmitted(
 
 
 def test_a_detached_grid_returns_at_once_and_a_rerun_collects_without_submitting(root, capsys):
+    """The array is submitted held (``sbatch --hold``, through launcher.options.sbatch), so that it
+    is surely still in flight while status and a second detached run look at it."""
     name = _name("detach")
     cache, out = root / "detach-cache", root / "detach-out"
-    t0 = time.monotonic()
     with pytest.raises(GridDetached, match=r"2 run\(s\) in flight on SLURM \(2 submitted now; job\(s\) \d+\)"):
         grid.run_grid("smoke", ARMS, [3], out, steps=STEPS, cache=cache, shape=GPU,
-                      launcher=_launcher(root, name, detach=True))
-    assert time.monotonic() - t0 < 30  # submitted, not waited for
+                      launcher=_launcher(root, name, detach=True, sbatch=["--hold"]))
     records = [read_record(cache, _key(a, 3)) for a in ARMS]
     assert all(records) and len({r.array for r in records}) == 1, records
     (array,) = {r.array for r in records}
     states = grid_status("smoke", ARMS, [3], out, cache, steps=STEPS, shape=GPU)
-    assert [s.state for s in states] == ["in flight"] * 2 and all(f"job {array}_" in s.detail for s in states)
+    assert [s.state for s in states] == ["in flight"] * 2, states
+    assert all(f"job {array}_" in s.detail and "PENDING" in s.detail for s in states), states
     # detached again while they fly: nothing is submitted a second time
     capsys.readouterr()
     with pytest.raises(GridDetached, match=r"2 run\(s\) in flight on SLURM \(2 submitted earlier"):
         grid.run_grid("smoke", ARMS, [3], out, steps=STEPS, cache=cache, shape=GPU, detach=True,
                       launcher=_launcher(root, name))
-    assert "submitted" not in capsys.readouterr().err.replace("submitted earlier", "")
+    assert "slurm: submitted" not in capsys.readouterr().err
+    subprocess.run(["scontrol", "release", array], check=True, capture_output=True, timeout=30)
     # a plain re-run waits for them and collects them exactly as it collects its own runs
     frame = grid.run_grid("smoke", ARMS, [3], out, steps=STEPS, cache=cache, shape=GPU, launcher=_launcher(root, name))
     captured = capsys.readouterr()
     assert "2 run(s) in flight from an earlier submission, not submitted again" in captured.out
-    assert "submitted 1 run" not in captured.err and "submitted 2 run" not in captured.err
+    assert "slurm: submitted" not in captured.err
     assert len(frame) == 2
     for arm in ARMS:
         key = _key(arm, 3)
