@@ -2,6 +2,7 @@
 
     mem = gpu_memory(cfg, world=8, gpu_gib=80)
     mem.total_gib, mem.shortfall(cfg.profile)     # None when it fits, else the one-line reason
+    mem.pass_warning(cfg.profile)                 # the trainer's largest single pass, when it cannot fit
 
 The rule, per GPU (one rank per GPU):
 
@@ -255,21 +256,6 @@ def gpu_memory(cfg: Any, world: int, gpu_gib: float, sharded: bool | None = None
         engine_kv_one_sequence_gib=kv_one, sequence_tokens=seq,
         activation_margin_gib=ACTIVATION_SHARE * gpu_gib,
         largest_pass=largest_pass(cfg, world, geo))
-
-
-def check_fits(cfg: Any, world: int, gpu_gib: float, sharded: bool | None = None) -> GpuMemory | None:
-    """``gpu_memory`` for a run on CUDA, raising ConfigError with ``shortfall`` when it does not fit
-    (a CPU run, or a model of unknown geometry, is not checked: None)."""
-    from replication.config import ConfigError
-
-    if cfg.model.device != "cuda":
-        return None
-    mem = gpu_memory(cfg, world, gpu_gib, sharded)
-    if mem is not None:
-        why = mem.shortfall(cfg.profile)
-        if why:
-            raise ConfigError(why)
-    return mem
 
 
 def check_gpu_gib(value: float) -> float:
