@@ -214,6 +214,40 @@ def test_where_slurm_does_not_answer_nothing_recorded_is_submitted_again(tmp_pat
     assert (row.state, row.key) == ("unknown", key) and "job 77_0" in row.detail, row
 
 
+def test_status_shows_a_papers_grid_from_params_yaml(tmp_path):
+    """``python -m replication status``: the stage's runs with their keys, one recorded job whose
+    state SLURM cannot tell here (no squeue/sacct on PATH), the rest missing; exit 0."""
+    import yaml
+
+    from replication.launch.inflight import InFlight, write_record
+    from replication.launch.status import paper_status
+
+    params = yaml.safe_load(open("params.yaml"))
+    params["profile"] = "smoke"
+    params["vip"].update(seeds=[0, 1], run=["RLOO"])
+    (tmp_path / "params.yaml").write_text(yaml.safe_dump(params))
+    head, rows = paper_status("vip", tmp_path / "params.yaml", tmp_path / "cache")
+    assert head.startswith("vip: profile smoke, 1 arms x 2 seeds, exports in workspace/smoke/vip/runs")
+    assert [(r.arm, r.seed, r.state) for r in rows] == [("RLOO", 0, "missing"), ("RLOO", 1, "missing")]
+    (tmp_path / "cache").mkdir()
+    write_record(tmp_path / "cache", InFlight(key=rows[0].key, name="RLOO seed 0", job_id="77_0", host="login1",
+                                              submitted="2026-12-03T10:00:00Z", log="l", job_log="j"))
+    env = {**os.environ, "PATH": str(tmp_path)}  # no SLURM commands: the job's state is unknown
+    p = subprocess.run([sys.executable, "-m", "replication", "status", "--paper", "vip", "--params",
+                        str(tmp_path / "params.yaml"), "--cache", str(tmp_path / "cache")],
+                       capture_output=True, text=True, env=env, timeout=300)
+    assert p.returncode == 0, p.stderr
+    lines = p.stdout.splitlines()
+    assert lines[0] == head
+    assert lines[1].split() == ["arm", "seed", "key", "state", "detail"]
+    assert lines[2].split()[:4] == ["RLOO", "0", rows[0].key[:12], "unknown"] and "job 77_0" in lines[2]
+    assert lines[3].split() == ["RLOO", "1", rows[1].key[:12], "missing"]
+    assert lines[4] == "vip: 2 runs: 0 done, 0 in flight, 0 failed, 1 missing, 1 unknown"
+    bad = subprocess.run([sys.executable, "-m", "replication", "status", "--paper", "nope"], capture_output=True,
+                         text=True, timeout=300)
+    assert bad.returncode == 2 and "invalid choice: 'nope'" in bad.stderr
+
+
 def test_slurm_absent_skips_unless_required(tmp_path, monkeypatch):
     """Every SLURM test goes through ``need_slurm``: a skip naming the cause and the command that
     starts the cluster, a failure when REPLICATION_REQUIRE_SLURM=1 (CI)."""
