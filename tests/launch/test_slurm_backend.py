@@ -3,7 +3,10 @@ one-node SLURM of scripts/local_slurm.sh.
 
 - launcher.options → sbatch resources; a multi-node shape's plan (nodes, one task per node, GPUs
   and CPUs per node, requeueable); sacct/squeue parsing; gathering runs into one submission; the
-  lock hand-off of a job; the in-flight records; the requeued job's command (``--resume``);
+  lock hand-off of a job; the in-flight records; the requeued job's command (``--resume``); only a
+  scheduler detaches; where SLURM does not answer, nothing recorded is submitted again;
+  ``python -m replication status`` on a params file; the skip that REPLICATION_REQUIRE_SLURM=1
+  makes a failure;
 - against the cluster: the grid's stop path cancels the whole array.
 
 The grid on the cluster is tests/launch/test_slurm_grid.py, requeue and multi-node
