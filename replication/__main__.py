@@ -193,6 +193,10 @@ def build_parser() -> argparse.ArgumentParser:
 
     status_parser(sub.add_parser("status", help=DESCRIPTION))  # replication/launch/status.py
     sub.add_parser("profiles", help="list the available profiles")
+    dp = sub.add_parser("diff-profiles", help="how two profiles differ in the configuration each paper arm "
+                                              "resolves to (replication/profile_diff.py)")
+    dp.add_argument("profiles", nargs=2, metavar="PROFILE")
+    dp.add_argument("--params", type=Path, metavar="FILE", help="the params file (default: params.yaml)")
     d = sub.add_parser("dry-run", help="validate a profile and print its plan, or plan a paper's grid "
                                         "(--paper); no GPU needed")
     _common(d)
@@ -276,6 +280,10 @@ def _main(args: argparse.Namespace) -> int:
         print(validate_stage(args.params, args.stage))
         clear_outputs(args.clear)
         return 0
+    if args.cmd == "diff-profiles":
+        from replication.profile_diff import main as diff_profiles
+
+        return diff_profiles([*args.profiles] + (["--params", str(args.params)] if args.params else []))
     if args.cmd == "profiles":
         print("\n".join(available_profiles()))
         return 0

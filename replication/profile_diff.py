@@ -32,6 +32,7 @@ REHEARSAL_REPLACES: dict[str, str] = {
     "task.options.train_path": "the data: local files in the training set's schema (no hub here)",
     "task.options.eval_paths.*": "the data: local files in each evaluation set's schema (no hub here)",
     "task.options.limit": "the data: the rehearsal pool's size",
+    "task.options.formatter": "the policy: an instruct model reads the paper's prompt inside its chat template",
     "rollout.prompts_per_step": "the sizes: a handful of prompts per step",
     "rollout.mean_rollouts": "the sizes: fewer rollouts per prompt (the budget C = Q n)",
     "rollout.lower": "the sizes: allocation bounds scaled with the rollouts per prompt",
@@ -57,8 +58,12 @@ def arm_configs(profile: str, params: dict, params_file: str | Path = "params.ya
     from replication.stage_params import PAPER_STAGES
 
     out, scale = {}, "small"
-    for paper in PAPER_STAGES:
-        sec = _section_for(params, paper, profile)
+    sections = {paper: _section_for(params, paper, profile) for paper in PAPER_STAGES}
+    # a paper or rehearsal profile belongs to the papers whose scale entry names it (paper-vip is
+    # VIP's, not DynaMO's); a small-scale profile runs every paper
+    own = [p for p, sec in sections.items() if sec.get("profile") == profile]
+    for paper in own or PAPER_STAGES:
+        sec = sections[paper]
         scale = sec.get("scale", scale) if sec.get("profile") == profile else scale
         arms, _ = select_arms({**sec, "profile": profile})
         for arm in arms:

@@ -54,6 +54,18 @@ so a broken install can never pass as "skipped". The SLURM tests do the same thr
 tests/slurm_helpers.py (REPLICATION_REQUIRE_SLURM)."""
 
 
+def pytest_collection_modifyitems(config, items):
+    """`rehearsal` tests run only when selected (`-m rehearsal`): each trains with 2 processes for
+    minutes, so `.ci/run` runs them as their own sequential step after the parallel suite (inside
+    xdist two of them would put 4 processes on 2 cores)."""
+    if "rehearsal" in (config.getoption("markexpr", "") or ""):
+        return
+    keep = [i for i in items if i.get_closest_marker("rehearsal") is None]
+    if len(keep) < len(items):
+        config.hook.pytest_deselected(items=[i for i in items if i.get_closest_marker("rehearsal")])
+        items[:] = keep
+
+
 @pytest.hookimpl(hookwrapper=True)
 def pytest_runtest_makereport(item, call):
     outcome = yield

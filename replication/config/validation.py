@@ -85,6 +85,7 @@ def validate(cfg: TrainConfig) -> None:
     need(cfg.optim.grad_clip > 0, "optim.grad_clip", "must be > 0")
     need(cfg.eval.k >= 1, "eval.k", "must be >= 1")
     need(cfg.eval.temperature > 0, "eval.temperature", "must be > 0")
+    need(cfg.eval.bootstrap >= 0, "eval.bootstrap", "must be >= 0 (0: no bootstrapped best@k / maj@k)")
     need(cfg.model.dtype in ("float32", "bfloat16", "float16"), "model.dtype", "float32|bfloat16|float16")
     need(cfg.model.device in ("cpu", "cuda", "auto"), "model.device", "cpu|cuda|auto")
     need(cfg.model.sharding in ("replicate", "fsdp"), "model.sharding", "replicate|fsdp")

@@ -1,4 +1,6 @@
-"""Held-out evaluation: k samples per prompt → mean@k, unbiased pass@k; plus greedy accuracy.
+"""Held-out evaluation: k samples per prompt → mean@k, unbiased pass@k; plus greedy accuracy, and
+with ``eval.bootstrap`` verl's bootstrapped best@k and maj@k (VIP's Pass@32 and Maj@32), from each
+sample's correctness and extracted answer.
 
 Sampling uses its own seeds derived from the run seed, the set and the prompt id, so evaluating
 never disturbs the training RNG streams (a resumed run and an uninterrupted one evaluate
@@ -14,7 +16,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from replication.evaluate.metrics import headline_sets, pass_at_k
+from replication.evaluate.metrics import best_at_k_bootstrap, headline_sets, maj_at_k, pass_at_k
 from replication.rollout.base import SamplingConfig
 from replication.train.distributed import World, rollout_seeds
 
@@ -48,10 +50,15 @@ class Evaluator:
         self.group_size = int(group_size)
 
     def _correct_counts(
-        self, data: Any, n: int, sampling: SamplingConfig, gen: torch.Generator, stream: str
+        self, data: Any, n: int, sampling: SamplingConfig, gen: torch.Generator, stream: str,
+        samples: list | None = None,
     ) -> np.ndarray:
-        """Successes per prompt of ``data`` (every rank gets all of them, in set order)."""
+        """Successes per prompt of ``data`` (every rank gets all of them, in set order). With
+        ``samples`` (a list), it receives one (correctness [n] bool, extracted answers) pair per
+        prompt, in set order, on every rank (answers None where the verifier extracts none)."""
         out = [np.zeros(0)]
+        mine: list = []
+        extract = getattr(self.verifier, "extracted", None)
         g = self.group_size  # one share per engine group (per rank when each has its own engine)
         share = np.array_split(np.arange(len(data.ids)), self.world.size // g)[self.world.rank // g]
         end = int(share[-1]) + 1 if len(share) else 0
@@ -67,6 +74,15 @@ class Evaluator:
             ok = np.asarray(self.verifier.is_correct(batch.completions, batch.row_answers,
                                                      [sources[g] for g in batch.group_index]))
             out.append(np.bincount(batch.group_index, weights=ok.astype(float), minlength=len(ids)))
+            if samples is not None:
+                answers_of = extract(batch.completions) if extract else [None] * len(ok)
+                group = np.asarray(batch.group_index)
+                for i in range(len(ids)):  # the prompt's samples in the engine's order
+                    rows = np.flatnonzero(group == i)
+                    mine.append((ok[rows].astype(bool), [answers_of[r] for r in rows]))
+        if samples is not None:
+            parts = self.world.gather(mine)
+            samples.extend(x for part in parts[::g] for x in part)
         if g == 1:
             return self.world.concat(np.concatenate(out)).astype(np.int64)
         parts = self.world.gather_arrays(np.concatenate(out))[::g]  # each group's share once
@@ -87,7 +103,8 @@ class Evaluator:
         for j, (name, data) in enumerate(sorted(self.sets.items())):
             gen = torch.Generator().manual_seed(int(seed) * 1000 + 17 + j)
             with torch.no_grad():
-                succ = self._correct_counts(data, k, sample, gen, f"eval/{name}/sample")
+                per_sample: list | None = [] if getattr(c, "bootstrap", 0) else None
+                succ = self._correct_counts(data, k, sample, gen, f"eval/{name}/sample", per_sample)
                 if name in headline:
                     pooled.append(succ)
                 row = {
@@ -96,6 +113,8 @@ class Evaluator:
                     "pass@1": float(np.mean(pass_at_k(k, succ, 1))),
                     "n_prompts": int(len(succ)),
                 }
+                if per_sample:
+                    row.update(bootstrap_metrics(per_sample, k, c.bootstrap))
                 if c.greedy:
                     g = self._correct_counts(data, 1, greedy, gen, f"eval/{name}/greedy")
                     row["greedy"] = float(np.mean(g))
@@ -103,6 +122,7 @@ class Evaluator:
         results["average"] = {
             key: float(np.mean([results[s][key] for s in sorted(headline)]))
             for key in (f"mean@{k}", f"pass@{k}", "pass@1") + (("greedy",) if c.greedy else ())
+            + ((f"best@{k}", f"maj@{k}") if getattr(c, "bootstrap", 0) else ())
         } if headline else {}
         # GDRO reports one pass@k pooled over every held-out prompt (gdro.md, Table 1).
         allp = np.concatenate(pooled) if pooled else np.zeros(0, dtype=np.int64)
@@ -115,3 +135,13 @@ class Evaluator:
         if was_training:
             model.train()
         return results
+
+
+def bootstrap_metrics(per_sample: list, k: int, n_bootstrap: int) -> dict[str, float]:
+    """verl's ``best@k/mean`` and ``maj@k/mean`` of one evaluation set, averaged over its prompts:
+    ``n_bootstrap`` resamples of k of each prompt's samples, with replacement, seed 42 (verl's).
+    A vote counts extracted answers (no answer is a vote for None, as in verl); the voted answer's
+    correctness is that of its first sample, as verl's ``calc_maj_val``."""
+    best = best_at_k_bootstrap([ok for ok, _ in per_sample], k, n_bootstrap)
+    maj = float(np.mean([maj_at_k(answers, ok.tolist(), k, n_bootstrap) for ok, answers in per_sample]))
+    return {f"best@{k}": best, f"maj@{k}": maj}

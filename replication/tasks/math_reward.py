@@ -101,6 +101,16 @@ class MathVerifier(VerifierWorkerPool):
         ok = self.is_correct(completions, answers)
         return np.where(ok, correct, incorrect).astype(np.float32)
 
+    def extracted(self, completions: Sequence[str]) -> list[str | None]:
+        """Each completion's extracted answer, normalised (None: no answer): what a majority vote
+        counts (maj@k)."""
+        cfg = self.config
+        out: list[str | None] = []
+        for text in completions:
+            pred = extract_answer(text, cfg.extraction, cfg.tail_chars)
+            out.append(None if pred is None else _normalise(pred))
+        return out
+
     def is_correct(self, completions: Sequence[str], answers: Sequence[str],
                    sources: Sequence[str] | None = None) -> np.ndarray:
         """bool array: is each completion's extracted answer equivalent to its reference?

@@ -34,8 +34,10 @@ HOSTILE_PARAMS = [
 
 
 def _edit_first_seeds(text: str, new_line_rest: str) -> str:
-    """params.yaml text with its first ``seeds:`` line (the vip section's) replaced."""
-    out, n = re.subn(r"(?m)^(\s+seeds:).*$", lambda m: m.group(1) + " " + new_line_rest, text, count=1)
+    """params.yaml text with its first ``seeds:`` entry (the vip section's: the key's line and its
+    block-style items) replaced by one line."""
+    out, n = re.subn(r"(?m)^(\s+seeds:)[^\n]*\n(?:\s+- [^\n]*\n)*",
+                     lambda m: m.group(1) + " " + new_line_rest + "\n", text, count=1)
     assert n == 1
     return out
 

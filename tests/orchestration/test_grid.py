@@ -75,7 +75,8 @@ def _params(tmp_path: Path) -> Path:
     p.write_text(yaml.safe_dump({"profile": "smoke", "workers": 1, "paper": {
         "seeds": [0, 1, 2], "main": ["A"], "steps": 2, "baseline": {"B": "A"},
         "base": {"rollout.mean_rollouts": 4},
-        "arms": {"A": {"allocator.name": "uniform"}, "B": {"allocator.name": "vip"}}}}))
+        "arms": {"A": {"allocator.name": "uniform"}, "B": {"allocator.name": "vip"}},
+        "scales": {"small": {}}}}))  # params.yaml's form: DVC lists paper.scales.${scale}
     return p
 
 
@@ -114,7 +115,7 @@ def test_section_run_list_selects_the_default_arms_and_a_bad_one_is_named(tmp_pa
     assert [a.name for a in arms] == ["A"] and seeds == [0]
     bad = tmp_path / "params.yaml"
     bad.write_text("profile: default\nworkers: 2\nvip:\n  seeds: [0]\n  run: [RLOO, Nope]\n"
-                   "  arms:\n    RLOO: {rl.estimator: rloo}\n")
+                   "  arms:\n    RLOO: {rl.estimator: rloo}\n  scales: {small: {}}\n")
     with pytest.raises(ConfigError, match=r"vip.run: 'Nope' is not an arm"):
         validate_stage(bad, "vip")
 
@@ -131,7 +132,7 @@ def test_run_paper_takes_the_launcher_from_params_yaml_and_refuses_a_bad_one_fir
     params.write_text(yaml.safe_dump({**data, "launcher": {"backend": "local", "cpus": 3, "gpus": []}}))
     grid.run_paper("paper", params, tmp_path / "out", seeds=[0], arms=["A"])
     (a0, kw0), (a1, kw1) = grids
-    assert a0 == a1 and kw0["launcher"] == grid.LauncherConfig() and kw0["shape"] is None
+    assert a0 == a1 and kw0["launcher"] == grid.LauncherConfig() and not kw0["shape"]  # the small scale sets no shape
     assert kw1["launcher"] == grid.LauncherConfig(cpus=3, gpus=())
     assert {k: v for k, v in kw0.items() if k != "launcher"} == {k: v for k, v in kw1.items() if k != "launcher"}
     grid.run_paper("paper", params, tmp_path / "out", seeds=[0], arms=["A"], launcher={"cpus": 1})
