@@ -30,7 +30,7 @@ overrides = {}             # dotted config keys for every arm, e.g. {"optim.lr":
 seeds = None               # None: the section's seeds; e.g. [0] (papermill: -y 'seeds: [0]' or -p seeds '[0]')
 arms = None                # None: the section's arms, e.g. ["RLOO", "RLOO+VIP"]
 steps = None               # None: the section's steps (null there: the profile's length)
-gradvar_draws = None       # rollout sets per allocator and checkpoint (gradient variance); None: 30, quick: 6 of 16 prompts, 2 checkpoints
+gradvar_draws = None       # rollout sets per allocator and checkpoint (gradient variance); None: the profile's `gradvar:` section (30; quick 6)
 
 # %%
 # JupyterLab and nbconvert start the kernel in notebooks/; params.yaml and the paths in it and in the

@@ -10,28 +10,24 @@ from typing import Any
 from replication.config import ConfigError
 
 QUICK_PROFILE = "quick"
-
-GRADVAR_DRAWS = 30
-"""Rollout sets per allocator and checkpoint in a notebook's gradient-variance section (issue 10:
-at least 30), each on the profile's full batch of Q prompts."""
-QUICK_GRADVAR = {"draws": 6, "reference_draws": 6, "prompts": 16}
-"""The quick profile's first look at the same section: 6 sets of 16 prompts, at the first and the
-last step only (about 1/30 of the cost); its ratios carry wide CIs and are not the issue-10
-measurement (3 checkpoints × 30 sets)."""
+"""Trains the section's ``main`` arms on one seed (select_arms)."""
 
 
 def gradvar_settings(profile: str, draws: int | None = None) -> dict:
-    """GradVarConfig keyword arguments of a paper notebook's gradient-variance section:
-    ``GRADVAR_DRAWS`` sets per allocator (and as many reference sets) on the full batch, or
-    ``QUICK_GRADVAR`` under the quick profile. ``draws`` (the notebook parameter) overrides the
-    number of sets, reference sets included. Under quick the checkpoints are the first and the
-    last step (the default: 0, a third and all of the profile's steps)."""
-    if profile == QUICK_PROFILE:
-        from replication.config import load_profile
+    """GradVarConfig keyword arguments of a paper notebook's gradient-variance section, from the
+    profile's ``gradvar:`` section (config.sections.GradVarSection: issue 10's 30 sets per
+    allocator and as many reference sets on the full batch at steps 0, a third and all by
+    default; the quick profile and the rehearsals cut it down in their YAML, not by their name).
+    ``draws`` (the notebook parameter) overrides the number of sets, reference sets included."""
+    from replication.config import load_profile
 
-        settings = {**QUICK_GRADVAR, "steps": (0, load_profile(profile).steps)}
-    else:
-        settings = {"draws": GRADVAR_DRAWS, "reference_draws": GRADVAR_DRAWS}
+    g = load_profile(profile).gradvar
+    settings: dict[str, Any] = {"draws": g.draws, "reference_draws": g.reference_draws,
+                                "oracle_samples": g.oracle_samples}
+    if g.prompts:
+        settings["prompts"] = g.prompts
+    if g.checkpoints:
+        settings["steps"] = tuple(g.checkpoints)
     if draws is not None:
         if int(draws) < 2:
             raise ConfigError(f"gradvar_draws: need at least 2 rollout sets for a variance, got {draws}")

@@ -45,6 +45,7 @@ REHEARSAL_REPLACES: dict[str, str] = {
     "eval.k": "the sizes: fewer samples per evaluation problem (the metrics are computed the same way)",
     "eval.prompts_per_set": "the sizes: 1-2 problems per evaluation set",
     "allocator.options.embedder_options.*": "the data: the encoder's local folder",
+    "gradvar.*": "the sizes: the notebook's gradient-variance section cut to its mechanics (not training)",
 }
 """Config keys (fnmatch patterns on the flattened config) a rehearsal may change, with why."""
 

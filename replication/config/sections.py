@@ -132,6 +132,28 @@ class EvalConfig:
 
 
 @dataclasses.dataclass
+class GradVarSection:
+    """A paper notebook's gradient-variance section (issue 10, docs/gradient_variance.md): how much
+    of the measurement a profile can afford. Not training: a run's key leaves it out
+    (``NOT_TRAINING``), so editing it never retrains a run."""
+
+    draws: int = 30
+    """Rollout sets per allocator and checkpoint (issue 10: at least 30)."""
+    reference_draws: int = 30
+    """Rollout sets of the reference (uniform) allocation per checkpoint."""
+    prompts: int = 0
+    """Prompts of the fixed batch (0: the profile's full batch of ``rollout.prompts_per_step``)."""
+    checkpoints: list = dataclasses.field(default_factory=list)
+    """Steps of the uniform run measured at (empty: 0, a third and all of the profile's steps)."""
+    oracle_samples: int = 64
+    """Rollouts per prompt that tell vip-oracle its p."""
+
+
+NOT_TRAINING = ("gradvar",)
+"""TrainConfig sections the trainer never reads: left out of a run's key (run_cache, run_evidence)."""
+
+
+@dataclasses.dataclass
 class TrainConfig:
     profile: str = "default"
     """Profile name this config came from."""
@@ -157,6 +179,9 @@ class TrainConfig:
     """Held-out evaluation."""
     sft: dict = dataclasses.field(default_factory=dict)
     """Supervised warm-start options (SFTConfig fields) for ``python -m replication sft``."""
+    gradvar: GradVarSection = dataclasses.field(default_factory=GradVarSection)
+    """The paper notebooks' gradient-variance section (sized by the profile: quick and the
+    rehearsals cut it down)."""
 
     @property
     def budget(self) -> int:

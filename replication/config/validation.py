@@ -85,6 +85,11 @@ def validate(cfg: TrainConfig) -> None:
     need(cfg.optim.grad_clip > 0, "optim.grad_clip", "must be > 0")
     need(cfg.eval.k >= 1, "eval.k", "must be >= 1")
     need(cfg.eval.temperature > 0, "eval.temperature", "must be > 0")
+    g = cfg.gradvar
+    need(g.draws >= 2 and g.reference_draws >= 2, "gradvar.draws", "need at least 2 rollout sets for a variance")
+    need(g.prompts >= 0 and g.oracle_samples >= 1, "gradvar.prompts", "prompts >= 0, oracle_samples >= 1")
+    need(all(isinstance(t, int) and 0 <= t <= cfg.steps for t in g.checkpoints), "gradvar.checkpoints",
+         f"steps in [0, steps={cfg.steps}]")
     need(cfg.eval.bootstrap >= 0, "eval.bootstrap", "must be >= 0 (0: no bootstrapped best@k / maj@k)")
     need(cfg.model.dtype in ("float32", "bfloat16", "float16"), "model.dtype", "float32|bfloat16|float16")
     need(cfg.model.device in ("cpu", "cuda", "auto"), "model.device", "cpu|cuda|auto")

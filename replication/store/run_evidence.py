@@ -178,7 +178,10 @@ def read_key_record(folder: Path) -> dict:
 
 
 def _without_profile(config: dict) -> dict:
-    return {**config, "profile": None}
+    """The config as a key holds it: no profile name, no section the trainer never reads."""
+    from replication.config.sections import NOT_TRAINING
+
+    return {k: v for k, v in {**config, "profile": None}.items() if k not in NOT_TRAINING}
 
 
 def check_key(folder: Path, expected: str | None = None) -> dict:
