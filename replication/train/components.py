@@ -98,15 +98,18 @@ class Components:
             self.classifier.update(ids, any_correct(counts, correct))
 
     # -- resume
-    def state(self) -> dict:
+    def state(self, optimizer: bool = True) -> dict:
         """Everything stateful; under FSDP the model and optimizer are gathered to FULL state dicts
-        (a collective: every rank calls it, rank 0 writes it)."""
+        (a collective: every rank calls it, rank 0 writes it). ``optimizer=False``: no optimizer
+        state (None), for a run's last checkpoint (every rank passes the same)."""
         if self.world.fsdp:
             from replication.train.fsdp import optimizer_state
 
-            model_state, optim_state = self.full_model_state(), optimizer_state(self.model, self.optimizer)
+            model_state = self.full_model_state()
+            optim_state = optimizer_state(self.model, self.optimizer) if optimizer else None
         else:
-            model_state, optim_state = self.model.state_dict(), self.optimizer.state_dict()
+            model_state = self.model.state_dict()
+            optim_state = self.optimizer.state_dict() if optimizer else None
         return {
             "model": model_state,
             "optimizer": optim_state,
@@ -126,11 +129,13 @@ class Components:
             from replication.train.fsdp import load_full_state_dict, load_optimizer_state
 
             load_full_state_dict(self.model, s["model"])
-            load_optimizer_state(self.model, self.optimizer, s["optimizer"])
+            if s["optimizer"] is not None:  # None: a finished run's last checkpoint
+                load_optimizer_state(self.model, self.optimizer, s["optimizer"])
             self._full_state = None
         else:
             self.model.load_state_dict(s["model"])
-            self.optimizer.load_state_dict(s["optimizer"])
+            if s["optimizer"] is not None:
+                self.optimizer.load_state_dict(s["optimizer"])
         self.scheduler.load_state_dict(s["scheduler"])
         self.allocator.load_state_dict(s["allocator"])
         if self.owns_classifier:

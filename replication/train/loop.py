@@ -41,7 +41,7 @@ from replication.train.distributed import (
 )
 from replication.provenance import run_provenance
 from replication.train.rank_faults import stop_on_collective_failure
-from replication.train.run_folder import check_finite, finish_run, prepare_run
+from replication.train.run_folder import RunFolderError, check_finite, finish_run, prepare_run
 from replication.train.phase_timer import PhaseTimer
 from replication.train.run_log import RunLog
 from replication.train.probe import run_probe  # issue 20.9: the upper-bound arm's probe
@@ -89,6 +89,9 @@ def _train(cfg: TrainConfig, out: Path, steps: int, world: World, *, resume: boo
         eval_before = c.evaluator(c.engine_view(), seed=cfg.seed)
         history = {"rollouts_total": 0}
     else:
+        if ckpt["components"]["optimizer"] is None and ckpt["step"] < steps:
+            raise RunFolderError(f"{out}: its checkpoint is a finished run's last (step {ckpt['step']}, no "
+                                 f"optimizer state) and cannot be continued to {steps} steps; train a new run")
         c.load_state(ckpt["components"])
         start, wall_before = ckpt["step"], ckpt["wall_seconds"]
         eval_before, history = ckpt["eval_before"], ckpt["history"]
@@ -104,8 +107,13 @@ def _train(cfg: TrainConfig, out: Path, steps: int, world: World, *, resume: boo
             log.log_step(row, prompt_rows)
         bar.set_postfix(reward=f"{row['reward']:.3f}", zero=f"{row['zero_variance_frac']:.2f}")
         if (step + 1) % cfg.checkpoint_every == 0 or step + 1 == steps:
-            # FSDP gathers the full state on every rank (a collective); rank 0 writes it
-            state = c.state() if (world.is_main or world.fsdp) else None
+            # FSDP gathers the full state on every rank (a collective); rank 0 writes it. The last
+            # checkpoint of a run trained to its profile's full length (it covers the final
+            # evaluation) holds no optimizer state: nothing is left to train, and AdamW's two
+            # moments are 2/3 of a float32 checkpoint. A run stopped early by --max-steps keeps
+            # them, so that it can be continued.
+            finished = step + 1 == steps >= cfg.steps
+            state = c.state(optimizer=not finished) if (world.is_main or world.fsdp) else None
             if world.is_main:
                 save_checkpoint(out, {
                     "step": step + 1,

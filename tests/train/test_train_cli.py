@@ -144,3 +144,33 @@ def test_eval_command(small_overrides, tmp_path):
     assert main(args) == 0
     m = json.loads((out / "metrics.json").read_text())
     assert "add2-heldout" in m["eval"] and "mean@2" in m["eval"]["add2-heldout"]
+
+
+def test_a_finished_runs_last_checkpoint_holds_no_optimizer_state(small_overrides, tmp_path, capsys):
+    """Issue 36 (a rehearsal run's folder took 2.1 GB, 1.1 GB of it AdamW's moments): the last
+    checkpoint of a run trained to its profile's length drops the optimizer state; a run killed
+    during its final evaluation still resumes from it to the same metrics; a run stopped early by
+    --max-steps keeps the state (it can be continued), and continuing a finished one is refused."""
+    from replication.train.checkpoint import load_checkpoint
+
+    full, again = tmp_path / "full", tmp_path / "again"
+    assert main(_args(small_overrides, full, "--seed", "1")) == 0
+    assert load_checkpoint(full)["components"]["optimizer"] is None
+    assert main(_args(small_overrides, again, "--seed", "1", "--max-steps", "2")) == 0
+    assert load_checkpoint(again)["components"]["optimizer"] is not None
+    # killed after the last checkpoint, before metrics.json: --resume only evaluates
+    import shutil
+
+    shutil.rmtree(again)
+    shutil.copytree(full, again)
+    for name in ("metrics.json", "MANIFEST.json"):
+        (again / name).unlink()
+    assert main(_args(small_overrides, again, "--seed", "1", "--resume")) == 0
+    assert _metrics(again)["eval_after"] == _metrics(full)["eval_after"]
+    (again / "metrics.json").unlink()
+    (again / "MANIFEST.json").unlink()
+    longer = {**small_overrides, "steps": small_overrides["steps"] + 2}
+    capsys.readouterr()
+    assert main(_args(longer, again, "--seed", "1", "--resume")) == 2
+    err = capsys.readouterr().err
+    assert "cannot be continued" in err or "config" in err, err
