@@ -54,6 +54,8 @@ overrides, seeds, arms = (notebook_value("overrides", overrides, dict) or {}, no
 pr = run_paper(section, params_file, out_root, workers, profile=profile, overrides=overrides,
                seeds=seeds, arms=arms, steps=steps, notebook_params={"gradvar_draws": gradvar_draws})
 print(f"profile={pr.profile}  seeds={pr.seeds}  arms={pr.arm_names()}")
+from replication.report.banner import show_banner
+show_banner(pr.profile)  # rehearsal numbers are not results (docs/rehearsal.md)
 runs = list_runs(pr.runs)
 runs[["arm", "seed", "steps", "rollouts_total", "wall_seconds"]]
 

@@ -1,0 +1,125 @@
+"""Each paper profile rehearsed end to end on 2 CPU cores (issue 36, docs/rehearsal.md):
+`dvc exp run -S scale=rehearsal <paper>` in a clean clone of this repository, as a user types it,
+through the base stage (SmolLM2 converted from its PyPI package), the encoder stage, the paper's
+notebook under papermill, the grid and the launch layer (2 processes per run: torchrun, gloo).
+
+A rehearsal that "passes" while exercising nothing is the failure this guards against, so each
+test fails unless, in the trial's outputs (workspace/rehearsal/<paper>/):
+- every run trained with 2 processes on the math task with the math-verify reward;
+- rewards are mixed: at every step some prompt's group has successes and failures (a non-zero
+  advantage);
+- an allocating arm's counts differ from uniform on some step; DynaMO's modulation moved some
+  advantage; Prompt-GDRO's bins and weights are engaged;
+- evaluation scored at least one problem of every evaluation set, with the paper's metrics
+  (VIP: Maj@32 and the bootstrapped best@32);
+- the notebook wrote its tables (the paper-vs-ours one included) and summary;
+- a finished run's cache entry holds no optimizer state.
+It prints the minutes and megabytes each paper took (the closing figures of docs/rehearsal.md).
+
+Marker `rehearsal`: deselected from the default run (tests/conftest.py); `.ci/run` runs
+`pytest -m rehearsal tests/rehearsal` as its own step after the parallel suite.
+"""
+
+from __future__ import annotations
+
+import gzip
+import json
+import os
+import shutil
+import subprocess
+import sys
+import time
+from collections import defaultdict
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+pytestmark = pytest.mark.rehearsal
+
+ALLOCATING = {"vip": {"RLOO+VIP"}, "dynamo": {"DynaMO"}, "gdro": {"Rollout-GDRO"}}
+"""The arms whose allocator is not uniform, per paper (at least one per rehearsal's run list)."""
+
+
+@pytest.fixture(scope="module")
+def clone(tmp_path_factory) -> Path:
+    """A clean clone of the committed repository (what CI checks out), run with this venv."""
+    where = tmp_path_factory.mktemp("rehearsal") / "repo"
+    subprocess.run(["git", "clone", "-q", str(ROOT), str(where)], check=True)
+    return where
+
+
+def _env(clone: Path) -> dict:
+    return {**os.environ, "PYTHONPATH": str(clone), "DVC_NO_ANALYTICS": "1", "HF_HUB_OFFLINE": "1",
+            "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}"}
+
+
+def _records(run: Path) -> list[dict]:
+    with gzip.open(run / "prompts.jsonl.gz", "rt") as f:
+        return [json.loads(line) for line in f if line.strip()]
+
+
+def _steps(run: Path) -> list[dict]:
+    return [json.loads(line) for line in (run / "steps.jsonl").read_text().splitlines() if line.strip()]
+
+
+def _mb(path: Path) -> float:
+    return sum(p.stat().st_size for p in path.rglob("*") if p.is_file()) / 2 ** 20
+
+
+@pytest.mark.parametrize("paper", ["vip", "dynamo", "gdro"])
+def test_a_paper_rehearses_end_to_end(clone, paper):
+    t0 = time.perf_counter()
+    r = subprocess.run([sys.executable, "-m", "dvc", "exp", "run", "-S", "scale=rehearsal", paper], cwd=clone,
+                       env=_env(clone), capture_output=True, text=True, timeout=1800)
+    minutes = (time.perf_counter() - t0) / 60
+    assert r.returncode == 0, (r.stdout[-4000:], r.stderr[-4000:])
+    out = clone / "workspace" / "rehearsal" / paper
+    runs = sorted(p for p in (out / "runs").glob("*/s*") if p.is_dir())
+    assert runs and len(runs) <= 4, runs
+    arms = {run.parent.name for run in runs}
+    for run in runs:
+        arm, config, metrics = run.parent.name, json.loads((run / "config.json").read_text()), \
+            json.loads((run / "metrics.json").read_text())
+        assert config["profile"] == f"rehearsal-{paper}" and config["task"]["kind"] == "math"
+        assert config["task"]["options"]["reward"]  # the math-verify reward's settings (MathVerifier)
+        assert metrics["provenance"]["world_size"] == 2, (arm, metrics["provenance"])
+        records = _records(run)
+        by_step = defaultdict(list)
+        for rec in records:
+            by_step[rec["step"]].append(rec)
+        assert sorted(by_step) == list(range(config["steps"]))
+        for step, recs in by_step.items():  # mixed rewards: a non-zero advantage at every step
+            assert any(0 < rec["successes"] < rec["n"] for rec in recs), (arm, step, recs)
+        if arm in ALLOCATING[paper]:
+            assert any(len({rec["n"] for rec in recs}) > 1 for recs in by_step.values()), (arm, by_step)
+        if config["rl"].get("modulation") == "dynamo":
+            steps = _steps(run)
+            assert any(s.get("beta_comp_mean", 1.0) != 1.0 or s.get("beta_stab_mean", 1.0) != 1.0
+                       for s in steps), steps
+        if config["rl"].get("prompt_weights") == "gdro":
+            assert all(rec["bin"] is not None for rec in records)
+            assert len({rec["weight"] for rec in records}) > 1, records
+        for when in ("eval_before", "eval_after"):
+            for name in config["task"]["options"]["eval"]:
+                row = metrics[when][name]
+                assert row["n_prompts"] >= 1, (arm, when, name, row)
+                k = config["eval"]["k"]
+                assert f"mean@{k}" in row and f"pass@{k}" in row
+                if paper == "vip":
+                    assert f"best@{k}" in row and f"maj@{k}" in row  # VIP's Pass@32 and Maj@32
+        key = json.loads((run / "key.json").read_text())["key"]
+        entry = clone / ".cache" / "runs" / key
+        if entry.exists():  # the run cache keeps the trained folder: no optimizer state left in it
+            from replication.train.checkpoint import load_checkpoint
+
+            assert load_checkpoint(entry)["components"]["optimizer"] is None, entry
+    assert ALLOCATING[paper] & arms
+    tables = sorted(p.name for p in (out / "tables").glob("*.csv"))
+    assert any("paper" in t for t in tables), tables
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary.get("scale", "rehearsal") == "rehearsal"
+    cache = sum(_mb(clone / ".cache" / "runs" / json.loads((run / "key.json").read_text())["key"])
+                for run in runs if (clone / ".cache" / "runs").exists())
+    print(f"\nrehearsal {paper}: {minutes:.1f} min, {len(runs)} runs ({', '.join(sorted(arms))}), "
+          f"outputs {_mb(out):.0f} MB, run cache {cache:.0f} MB")
