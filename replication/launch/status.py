@@ -11,7 +11,7 @@ and where each one is.
     vip: 30 runs: 27 done, 1 in flight, 1 failed, 1 missing
 
 The runs are the ones the paper's stage would run (params.yaml's section at its scale, keys made
-exactly as ``run_grid`` makes them). A run is **done** when its export (the stage's place, or a
+exactly as ``run_grid`` makes them, exports where the stage puts them: ``stage.destination``). A run is **done** when its export (the stage's place, or a
 published one a trial copies) or its cache entry verifies and holds its key; **in flight** when
 its recorded job (``launch.inflight``) is queued, running or requeued; **failed** when that job
 ended otherwise (the next grid submits it again); **missing** when no job was recorded for it.
@@ -105,16 +105,22 @@ def paper_status(paper: str, params_file: str | Path | None, cache: str | Path) 
     """(a heading line, the runs) of the grid ``paper``'s stage runs with params.yaml as it is."""
     from replication.arms import select_arms
     from replication.orchestration.grid import load_section
+    from replication.orchestration.stage import destination
     from replication.orchestration.workspace import RESULTS, paper_place
     from replication.paths import params_path
     from replication.stage_params import load_params
 
     params_file = params_path(params_file)
     sec = load_section(paper, params_file)
-    place = paper_place(paper, params_file, load_params(params_file))
+    params = load_params(params_file)
+    try:  # where the stage (dvc repro / dvc exp run) exports them: workspace/<scale or profile>/<paper>
+        dest, published_here = destination(paper, params_file, params)
+    except ConfigError:  # a stage would refuse this params file (an edited section at the published
+        place = paper_place(paper, params_file, params)  # profile): the notebook's own place, then
+        dest, published_here = place.root / paper, place.published
+    out = dest / "runs"
     arms, seeds = select_arms(sec)
-    out = place.root / paper / "runs"
-    published = [] if place.published else [RESULTS / paper / "runs"]
+    published = [] if published_here else [RESULTS / paper / "runs"]
     rows = grid_status(sec["profile"], arms, seeds, out, cache, steps=sec.get("steps"),
                        shape=sec.get("shape") or None, published=published)
     head = (f"{paper}: profile {sec['profile']}, {len(arms)} arms x {len(seeds)} seeds, exports in {out}, "

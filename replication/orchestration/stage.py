@@ -344,11 +344,15 @@ def _paper_stage(paper: str, params_file: str | Path, dest: Path, spec: str | No
             signal.signal(s, h)
     if rc != 0:
         kept = ""
-        if executed.exists():
+        detached = detached_runs(executed)
+        if executed.exists() and detached is None:
             FAILED.mkdir(parents=True, exist_ok=True)
             shutil.move(str(executed), FAILED / executed.name)
             kept = f"; the executed notebook up to the failing cell: {FAILED / executed.name}"
         shutil.rmtree(staging, ignore_errors=True)
+        if detached is not None:  # not a failure: the runs fly on; say how to watch and collect them
+            print(detached_note(paper, params_file, detached, dest), file=sys.stderr)
+            return rc
         print(f"stage {paper}: papermill exited with {rc}; {dest} left as it was{kept}", file=sys.stderr)
         return rc
     with swapping:
@@ -356,6 +360,37 @@ def _paper_stage(paper: str, params_file: str | Path, dest: Path, spec: str | No
         shutil.rmtree(staging, ignore_errors=True)
     print(f"stage {paper}: {', '.join(names)} swapped into {dest}, sealed by {dest / MANIFEST}")
     return 0
+
+
+DETACHED = "GridDetached"
+"""The exception a grid raises when it left runs in flight (``launch.inflight.GridDetached``)."""
+
+
+def detached_runs(executed: Path) -> str | None:
+    """GridDetached's message when the notebook stopped on it (its executed copy's error output,
+    as papermill saved it), else None."""
+    import nbformat
+
+    try:
+        nb = nbformat.read(executed, as_version=4)
+    except Exception:  # noqa: BLE001 (no executed notebook, or a half-written one: no message to show)
+        return None
+    for cell in nb.cells:
+        for out in cell.get("outputs", ()):
+            if out.get("output_type") == "error" and out.get("ename") == DETACHED:
+                return str(out.get("evalue", "")).strip()
+    return None
+
+
+def detached_note(paper: str, params_file: str | Path, message: str, dest: Path) -> str:
+    """What the stage prints when its grid detached: the grid's own message, then how to watch
+    the runs and how to collect them from the stage's side."""
+    params = "" if str(params_file) == "params.yaml" else f" --params {params_file}"
+    return (f"stage {paper}: {DETACHED}: {message}\n"
+            f"stage {paper}: the runs are in flight, not failed. Watch them: `python -m replication status "
+            f"--paper {paper}{params}`. Collect them: run the same `dvc exp run` / `dvc repro` (or `python -m "
+            f"replication stage {paper}{params}`) again; it waits for the jobs still queued or running and "
+            f"makes the products once every run is in. {dest} left as it was until then")
 
 
 def main(argv: list[str] | None = None) -> int:

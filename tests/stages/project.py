@@ -4,7 +4,10 @@ claim their output folder (replication.orchestration.workspace), export a "run",
 figures and summary.json into the products folder (the fake results/<paper> folders are sealed
 with their products manifest, as the stage seals them); with ``FAKE_HANG=<file>`` they start a
 "trainer" bound to the kernel as the grid's are, write "<kernel pid> <trainer pid>" to the file
-and wait; with ``FAKE_FAIL=1`` a cell fails after the products are written."""
+and wait; with ``FAKE_FAIL=1`` a cell fails after the products are written, with
+``FAKE_DETACH=<message>`` a cell raises GridDetached(message) as a detached SLURM grid does.
+``make_project(..., real=("vip",))`` puts the real notebook of those papers in, with what it needs
+to train for real: the committed base model and the real encoder export (the `encoder` stage)."""
 
 from __future__ import annotations
 
@@ -58,6 +61,9 @@ if hang:
     time.sleep(600)
 if os.environ.get("FAKE_FAIL"):
     raise RuntimeError("a cell failed")
+if os.environ.get("FAKE_DETACH"):
+    from replication.launch.inflight import GridDetached
+    raise GridDetached(os.environ["FAKE_DETACH"])
 '''
 
 
@@ -78,7 +84,7 @@ for _p in PAPERS:
     PUBLISHED[f"results/{_p}/{_p}.ipynb"] = "{executed notebook}"
 
 
-def make_project(where: Path, *, git: bool = True) -> Path:
+def make_project(where: Path, *, git: bool = True, real: tuple[str, ...] = ()) -> Path:
     proj = where / "proj"
     proj.mkdir(parents=True)
     for name in ("params.yaml", "dvc.yaml", ".gitignore"):
@@ -107,15 +113,26 @@ def make_project(where: Path, *, git: bool = True) -> Path:
         (proj / rel).write_text(text)
     from replication.store.products import write_products_manifest
 
+    if real:  # real notebooks train: the committed base model, VIP's encoder exported for real
+        shutil.rmtree(proj / "results" / "base-model")
+        shutil.copytree(ROOT / "results" / "base-model", proj / "results" / "base-model")
+        shutil.copy(ROOT / "scripts" / "export_encoder.py", proj / "scripts" / "export_encoder.py")
+        for paper in real:
+            shutil.copy(ROOT / "notebooks" / f"{paper}.ipynb", proj / "notebooks" / f"{paper}.ipynb")
     for paper in PAPERS:  # sealed as a stage seals its products (dvc.yaml declares the manifest)
         write_products_manifest(proj / "results" / paper, extra={"paper": paper})
     if git:
-        run = dict(cwd=proj, check=True, capture_output=True)
-        subprocess.run(["git", "init", "-q"], **run)
-        subprocess.run([sys.executable, "-m", "dvc", "init", "-q"], **run)
-        subprocess.run(["git", "add", "-A"], **run)
-        subprocess.run(["git", "-c", "user.name=t", "-c", "user.email=t@t", "commit", "-qm", "fixture"], **run)
+        commit_project(proj)
     return proj
+
+
+def commit_project(proj: Path) -> None:
+    """``git init`` + ``dvc init`` and commit everything (a clone's state)."""
+    run = dict(cwd=proj, check=True, capture_output=True)
+    subprocess.run(["git", "init", "-q"], **run)
+    subprocess.run([sys.executable, "-m", "dvc", "init", "-q"], **run)
+    subprocess.run(["git", "add", "-A"], **run)
+    subprocess.run(["git", "-c", "user.name=t", "-c", "user.email=t@t", "commit", "-qm", "fixture"], **run)
 
 
 def env() -> dict:
