@@ -33,7 +33,7 @@ MANUAL = {
     "benchmarks/bench_solvers.py": "timings (minutes); tests/benchmarks runs the benchmarks small",
 }
 RUN = ("replication report --results workspace/quick-1a2b3c4d", "make_allocator(",
-       "replication sft   --profile smoke")
+       "replication sft   --profile smoke", "replication prefetch --scale paper")
 """Key phrases of the blocks run below (one test each)."""
 
 
@@ -98,3 +98,35 @@ def test_cli_block_on_the_smoke_profile(tmp_path):
     _shell(_block(RUN[2]), tmp_path)
     assert (tmp_path / "runs" / "vip-s0").is_dir() and (tmp_path / "runs" / "vip-s0-eval").is_dir()
     assert not list((ROOT / "runs").glob("vip-s0*")) if (ROOT / "runs").exists() else True
+
+
+def test_paper_scale_block_plans_and_watches_as_written(tmp_path):
+    """The *Paper scale* block's lines that need neither GPUs nor the hub, as written: the
+    dry-run plan (16 GPUs' worth of commands, no GPU needed) and `status` (every run missing in a
+    fresh folder's run cache). Not run here: `prefetch` downloads the papers' models from the hub
+    (tests/store/test_prefetch.py runs it against a local stand-in), and the `dvc exp run` lines
+    train paper-scale models on GPUs; their SLURM path runs on the smoke profile through a local
+    cluster in tests/stages/test_slurm_stage.py, and `-S vip.scales.paper.shape.processes=1` is
+    checked to resolve below."""
+    body = _block(RUN[3])
+    lines = [line for line in body.strip().splitlines()]
+    runnable = [line for line in lines if line.startswith(("python -m replication dry-run", "python -m replication status"))]
+    assert len(runnable) == 2, lines
+    _shell("\n".join(runnable), tmp_path)
+    # the one-GPU box's override: a key DVC's -S can set (it exists in params.yaml), giving 1-GPU runs
+    import copy
+
+    import yaml
+
+    from replication.stage_params import load_params, section_at_scale
+
+    override = next(line for line in lines if "shape.processes=1" in line).split("  #")[0].split()
+    assert override[:3] == ["dvc", "exp", "run"]
+    params = copy.deepcopy(load_params(ROOT / "params.yaml"))
+    assert params["vip"]["scales"]["paper"]["shape"]["processes"] == 8  # the key the override sets exists
+    (tmp_path / "params.yaml").write_text(yaml.safe_dump(params, sort_keys=False))
+    from dvc.utils.hydra import apply_overrides  # what `dvc exp run -S` does to params.yaml
+
+    apply_overrides(tmp_path / "params.yaml", [a for a in override[3:] if a not in ("-S", "vip")])
+    shape = section_at_scale(load_params(tmp_path / "params.yaml"), "vip")["shape"]
+    assert shape["processes"] == 1 and shape["gpus_per_process"] == 1, shape
