@@ -18,6 +18,10 @@ stage (dvc.yaml's ``cmd``), safe to interrupt and never over the published resul
    through; readers of summary.json and the tables verify it. Ctrl-C, a failed cell or a killed launcher
    remove the temporary folder and leave the destination as it was (the exported runs under
    ``runs/`` are kept: each is complete on its own and the next run reuses it).
+4. A grid that detached (``launcher.options.detach``: its runs left in flight on SLURM, the
+   notebook stopped on ``GridDetached``) ends the stage non-zero with the grid's message and how
+   to watch (``python -m replication status --paper P``) and collect (the same command again)
+   them, instead of "papermill exited with 1".
 """
 
 from __future__ import annotations
