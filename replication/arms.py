@@ -29,8 +29,8 @@ def gradvar_settings(profile: str, draws: int | None = None) -> dict:
     if g.checkpoints:
         settings["steps"] = tuple(g.checkpoints)
     if draws is not None:
-        if int(draws) < 2:
-            raise ConfigError(f"gradvar_draws: need at least 2 rollout sets for a variance, got {draws}")
+        if int(draws) < 3:
+            raise ConfigError(f"gradvar_draws: need at least 3 rollout sets (GradVarConfig), got {draws}")
         settings.update(draws=int(draws), reference_draws=int(draws))
     return settings
 

@@ -86,7 +86,7 @@ def validate(cfg: TrainConfig) -> None:
     need(cfg.eval.k >= 1, "eval.k", "must be >= 1")
     need(cfg.eval.temperature > 0, "eval.temperature", "must be > 0")
     g = cfg.gradvar
-    need(g.draws >= 2 and g.reference_draws >= 2, "gradvar.draws", "need at least 2 rollout sets for a variance")
+    need(g.draws >= 3 and g.reference_draws >= 3, "gradvar.draws", "at least 3 rollout sets each (GradVarConfig)")
     need(g.prompts >= 0 and g.oracle_samples >= 1, "gradvar.prompts", "prompts >= 0, oracle_samples >= 1")
     need(all(isinstance(t, int) and 0 <= t <= cfg.steps for t in g.checkpoints), "gradvar.checkpoints",
          f"steps in [0, steps={cfg.steps}]")
