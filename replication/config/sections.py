@@ -90,6 +90,18 @@ class RLConfig:
     """PPO mini-batches per step (papers: 256/32 = 8, 512/32 = 16); each one optimizer step."""
     ppo_epochs: int = 1
     """Passes over the step's rollouts."""
+    micro_batch_rows: int = 0
+    """Rows per forward/backward pass (gradient accumulation): a rank's share of each PPO
+    mini-batch is split into micro-batches of at most this many rows, each backpropagated with
+    the loss over the MINI-batch's global denominator, so the summed gradient is the whole
+    share's (train/update.py); the no-grad log-prob passes (the reference policy, vLLM's
+    old-log-prob recompute, DynaMO's extent pass) use the same row count. 0 = the whole share
+    in one pass (and the recompute's 64 rows), the small profiles' setting. The papers' code
+    (verl) calls these ``actor.ppo_micro_batch_size_per_gpu`` and
+    ``{rollout,ref}.log_prob_micro_batch_size_per_gpu`` (or a token budget with
+    ``use_dynamic_bsz``); one count serves both here. It bounds memory, never the numbers:
+    the update equals the unsplit one to float summation order (tests/train/test_micro_batches.py).
+    The paper profiles set the repository's choice (docs/fidelity/rl.md, "Micro-batches")."""
     modulation: str | None = None
     """Token-level advantage modulation (registered in ``rl.modulation.MODULATIONS``): None or
     'dynamo' (DynaMO §B)."""

@@ -75,6 +75,10 @@ from replication.rollout.vllm_weight_sync import (  # noqa: F401  (re-exported)
     unwrap_model,
 )
 
+RECOMPUTE_ROWS = 64
+"""Rows per pass of the old-log-prob recompute when ``rl.micro_batch_rows`` is 0 (the memory
+rule, launch/memory.py, counts the same number)."""
+
 
 class VLLMRolloutEngine(VLLMWeightSync):
     """``RolloutEngine`` over a ``vllm.LLM``. Start one with ``start`` / ``from_train_config``;
@@ -87,7 +91,8 @@ class VLLMRolloutEngine(VLLMWeightSync):
                  add_special_tokens: bool = False, eos_token_ids: Iterable[int] | None = None,
                  params_factory: Callable[..., Any] | None = None,
                  default_max_new_tokens: int = 16,
-                 pass_sync: Callable[[int], int] | None = None) -> None:
+                 pass_sync: Callable[[int], int] | None = None,
+                 recompute_rows: int = 0) -> None:
         self.llm = llm
         self.tokenizer = tokenizer
         self.options = options
@@ -119,6 +124,9 @@ class VLLMRolloutEngine(VLLMWeightSync):
         """Given by an FSDP trainer (train/fsdp.py, through the registry's ``policy_passes``): the
         ranks' largest pass count for a count, so the old-log-prob recompute runs as many passes
         over the sharded policy on every rank. None: one process, or a replicated policy."""
+        self.recompute_rows = int(recompute_rows) or RECOMPUTE_ROWS
+        """Rows per no-grad pass of the old-log-prob recompute: ``rl.micro_batch_rows`` (the
+        trainer's micro-batch), else ``RECOMPUTE_ROWS``; the pass's logits are this many rows'."""
 
     # -- construction -------------------------------------------------------------------------
 
@@ -148,7 +156,7 @@ class VLLMRolloutEngine(VLLMWeightSync):
                            add_special_tokens=add_special_tokens,
                            eos_token_ids=_eos_ids(model, tokenizer),
                            default_max_new_tokens=cfg.rollout.sampling.max_new_tokens,
-                           pass_sync=pass_sync)
+                           pass_sync=pass_sync, recompute_rows=cfg.rl.micro_batch_rows)
         engine.sync_weights(model)  # also checks that vLLM and the trainer agree from step 0
         return engine
 
@@ -207,9 +215,12 @@ class VLLMRolloutEngine(VLLMWeightSync):
         return batch
 
     def recompute_old_logprobs(self, batch: RolloutBatch, temperature: float,
-                               rows_per_pass: int = 64) -> torch.Tensor:
-        """log softmax(z / T) of each completion token under the trainer's model (no grad)."""
+                               rows_per_pass: int | None = None) -> torch.Tensor:
+        """log softmax(z / T) of each completion token under the trainer's model (no grad), in
+        passes of ``rows_per_pass`` rows (None: ``recompute_rows``)."""
         from replication.rl import token_logprobs_and_entropy
+
+        rows_per_pass = int(rows_per_pass or self.recompute_rows)
 
         model = unwrap_model(self.policy)
         device = next(model.parameters()).device

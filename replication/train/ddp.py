@@ -8,10 +8,13 @@ summation order, for any world size (a ×N loss scale would round for N not a po
 
 What DDP brings over one flat all-reduce after backward: gradients are grouped into buckets
 (``bucket_cap_mb``) that are all-reduced asynchronously as soon as backward has produced them,
-overlapping communication with the rest of the backward pass. The trainer runs one backward per
-rank and mini-batch (no micro-batches), so every backward is a synchronising one and
-``no_sync()`` is never needed; a rank with no trainable row of a mini-batch runs a zero-weight
-pass (``fsdp.zero_pass``) so that every rank joins the same all-reduces.
+overlapping communication with the rest of the backward pass. The trainer runs one
+synchronising backward per rank and mini-batch: with micro-batches (``rl.micro_batch_rows``,
+train/update.py) the earlier micro-batches run under ``no_sync()`` (their gradients accumulate
+in ``.grad``, no communication) and only the last one all-reduces the accumulated sum, so the
+ranks may split their shares into different numbers of micro-batches; a rank with no trainable
+row of a mini-batch runs one zero-weight pass (``fsdp.zero_loss``) so that every rank joins the
+same all-reduces.
 
 Each parameter's ``.grad`` is a view into its all-reduce bucket (``gradient_as_bucket_view``):
 backward writes the gradient straight into the buffer that is all-reduced, with no copy in and

@@ -15,9 +15,14 @@ its own share of a step's prompt groups (train/distributed.py). What this module
   update; the vLLM engine gets the gathered weights through its usual ``sync_weights`` (DTensors
   are materialised with ``full_tensor()``, the same collectives on every rank);
 - every pass over the sharded model is counted across ranks: a rank that holds none of a
-  mini-batch's trainable rows runs a zero-weight pass on one of its rows (``zero_pass``), and the
-  vLLM engine's old-log-prob recompute pads its chunk count to the ranks' maximum
-  (``equal_passes``);
+  mini-batch's trainable rows runs a zero-weight pass on one of its rows (``zero_pass``); with
+  micro-batches (``rl.micro_batch_rows``) every rank runs as many passes as the rank with the
+  most micro-batches, the extra ones zero-weight (train/update.py), and the vLLM engine's
+  old-log-prob recompute pads its chunk count to the ranks' maximum (``equal_passes``);
+- with micro-batches each backward reduce-scatters into the sharded gradient, which sums them
+  (FSDP2 accumulates into ``.grad``); ``set_requires_gradient_sync(False)`` would instead keep a
+  full unsharded gradient between passes, the memory sharding is there to save, so it is not
+  used (verl's FSDP actor does the same: no ``no_sync`` under FSDP);
 - gradients are reduce-scattered as a SUM (``set_gradient_divide_factor(1)``): each rank's loss is
   already divided by the mini-batch's GLOBAL denominator, as in the replicated path;
 - checkpoints and the saved model hold FULL state dicts (gathered on every rank, written by rank
@@ -146,15 +151,24 @@ def equal_passes(world: World, n_passes: int) -> int:
     return int(world.max(int(n_passes)))
 
 
+def zero_loss(model: torch.nn.Module, input_ids: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:
+    """The forward half of a zero-weight pass: a loss of 0 over ``input_ids[:1]`` whose backward
+    joins the layers' collectives and adds nothing to any gradient (train/update.py runs it in
+    a micro-batch's place, with the same collectives in between as a real one)."""
+    with torch.enable_grad():
+        out = model(input_ids=input_ids[:1], attention_mask=attention_mask[:1])
+        return out.logits.float().sum() * 0.0
+
+
 def zero_pass(model: torch.nn.Module, input_ids: torch.Tensor, attention_mask: torch.Tensor,
               backward: bool) -> None:
     """One forward (and backward) pass on ``input_ids[:1]`` whose loss is multiplied by 0: this
     rank joins the layers' all-gathers and reduce-scatters and adds nothing to any gradient."""
-    ctx = torch.enable_grad() if backward else torch.no_grad()
-    with ctx:
-        out = model(input_ids=input_ids[:1], attention_mask=attention_mask[:1])
-        if backward:
-            (out.logits.float().sum() * 0.0).backward()
+    if backward:
+        zero_loss(model, input_ids, attention_mask).backward()
+        return
+    with torch.no_grad():
+        model(input_ids=input_ids[:1], attention_mask=attention_mask[:1])
 
 
 def save_pretrained(model: torch.nn.Module, tokenizer: Any, path, world: World,

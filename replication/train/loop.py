@@ -227,6 +227,7 @@ def train_step(cfg: TrainConfig, c: Components, step: int, world: World = World(
             grad_clip=cfg.optim.grad_clip, rng=c.update_rng, modulation=c.modulation_cfg,
             ref_model=c.ref_model, row_weights=prompt_w[group_index][rows],
             shard=RowShard(world, int(counts.sum()), rows.start, rows.stop),
+            micro_batch_rows=cfg.rl.micro_batch_rows,
         )
         check_finite(step, c.model, upd.row_loss, upd.stats)  # NaN/inf: stop; last checkpoint kept
     with timer("sync"):

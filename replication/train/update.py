@@ -15,9 +15,24 @@ elsewhere, and the moved rows travel in one all-to-all), each rank backpropagate
 the mini-batch's global denominator, and the gradients are summed across ranks before clipping —
 the gradient one process computes with the whole batch.
 ``model`` is then the DDP wrapper (train/ddp.py: bucketed SUM all-reduce overlapped with the
-backward pass, one backward per rank and mini-batch) or the FSDP-sharded policy (train/fsdp.py:
+backward pass, one synchronising backward per rank and mini-batch) or the FSDP-sharded policy (train/fsdp.py:
 reduce-scattered as a SUM). A rank that holds none of a mini-batch's trainable rows still runs
-one zero-weight pass, so that every rank joins the same gradient collectives. The step's
+one zero-weight pass, so that every rank joins the same gradient collectives.
+
+Micro-batches (``micro_batch_rows`` = ``rl.micro_batch_rows``; 0 = off, one pass per share):
+a rank's share of a mini-batch is split into consecutive runs of at most that many rows, each
+forwarded and backpropagated on its own with the loss over the MINI-batch's global
+denominator, so the accumulated gradient is the whole share's (verl's
+``ppo_micro_batch_size_per_gpu``; its accumulation differs, docs/fidelity/rl.md). Memory then
+holds one micro-batch's logits and activations, not the share's. Under DDP only the last
+micro-batch all-reduces (``no_sync()`` for the others); under FSDP every pass is a collective, so
+every rank runs as many passes as the rank with the most micro-batches (the extra ones
+zero-weight) and each backward reduce-scatters into the sharded gradient. The reference
+policy's no-grad pass runs per micro-batch too. DynaMO's H_min/H_max and max Ξ stay the
+mini-batch's: when any rank splits its share, a no-grad pass over the micro-batches finds them
+first (one extra forward per mini-batch, about a third more compute per update step; its
+log-probs and entropies are the ones modulated). Per-row losses and the diagnostics are the
+unsplit computation's up to float summation order (tests/train/test_micro_batches.py). The step's
 numbers that ranks exchange travel as tensors: the rows' counts (two all-gathers) and the moved
 rows (one all-to-all, skipped when nothing moves) once per update, one
 all-reduce per mini-batch for DynaMO's extent, one all-gather per update for the diagnostics
@@ -26,6 +41,7 @@ all-reduce per mini-batch for DynaMO's extent, one all-gather per update for the
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 
 import numpy as np
@@ -41,9 +57,9 @@ from replication.rl import (
 from replication.rl.modulation import entropy_change_magnitude
 from replication.rollout.base import RolloutBatch
 from replication.train.distributed import RowShard, World
-from replication.train.fsdp import zero_pass
+from replication.train.fsdp import zero_loss, zero_pass
 from replication.train.row_dispatch import deal, fetch_rows, own_rows, step_meta
-from replication.train.update_stats import combine_over_ranks
+from replication.train.update_stats import combine_over_ranks, combine_parts
 
 
 @dataclasses.dataclass
@@ -76,6 +92,7 @@ def ppo_update(
     ref_model: torch.nn.Module | None = None,
     row_weights: np.ndarray | None = None,
     shard: RowShard | None = None,
+    micro_batch_rows: int = 0,
 ) -> UpdateResult:
     shard = shard if shard is not None else RowShard.whole(batch.n_rows)
     world = shard.world
@@ -109,51 +126,55 @@ def ppo_update(
             plan.append((mb, shares, tokens, len(train)))
     mine = [np.concatenate([p[1][r] for p in plan] + [np.zeros(0, np.int64)]) for r in range(world.size)]
     rows = fetch_rows(batch, meta, shard, [np.unique(m).astype(np.int64) for m in mine])
+    sharded = world.fsdp and world.distributed
     for mb, shares, tokens, kept in plan:
-        keep = torch.as_tensor(shares[world.rank])  # this rank's share
         if ppo_cfg.aggregation == "token-mean":
             denom = torch.tensor(float(tokens)).clamp_min(1.0)
         else:
             denom = torch.tensor(float(len(mb)))
-        stats, weight, n_pos = {"entropy": float("nan")}, 0.0, 0.0
         if kept > 0:
             optimizer.zero_grad(set_to_none=True)
-            if len(keep) > 0:
-                ids, attn, kmask, old = rows.take(keep)
-                kmask = kmask.float()
-                logp, ent = token_logprobs_and_entropy(model, ids, attn, temperature, completion_mask=kmask)
-                adv_tok = adv_rows[keep].unsqueeze(1) * kmask
-            else:  # this rank holds none of the mini-batch: it only joins the collectives
-                logp = ent = old = adv_tok = kmask = None
-                if world.distributed:  # DDP's all-reduce / FSDP's gathers run in the passes
-                    zero_pass(model, batch.input_ids, batch.attention_mask, backward=True)
-                    if use_kl and world.fsdp:  # the sharded reference model gathers too
-                        zero_pass(ref_model, batch.input_ids, batch.attention_mask, backward=False)
-            mod_stats = {}
-            if modulation is not None:
-                extent = _modulation_extent(world, adv_tok, logp, old, ent, kmask, ppo_cfg, modulation.delta_h)
-                if len(keep) > 0:
-                    adv_tok, mod_stats = modulate_advantages(
-                        adv_tok, logp.detach(), old, ent.detach(), kmask, modulation, ppo_cfg, **extent
-                    )
-            if len(keep) > 0:
-                ref_logp = None
-                if use_kl:
-                    with torch.no_grad():
-                        ref_logp, _ = token_logprobs_and_entropy(
-                            ref_model, ids, attn, temperature, completion_mask=kmask
-                        )
-                res = ppo_clip_loss(logp, old, adv_tok, kmask, ppo_cfg, ref_logp=ref_logp, denominator=denom)
-                res.loss.backward()  # DDP: the gradient buckets are all-reduced meanwhile
-                weight = float(kmask.sum())
-                n_pos = float((kmask.bool() & (adv_tok > 0)).sum())  # β_comp_pos_mean's tokens
-                stats = {**res.stats, **mod_stats}
-                stats["entropy"] = float((ent.detach() * kmask).sum() / kmask.sum().clamp_min(1))
-                surrogate = (res.row_loss - res.row_kl).numpy()
-                w = 1.0 if meta.weights is None else meta.weights[keep.numpy()]
+            # this rank's share in micro-batches; every rank knows every rank's count (the plan)
+            parts = micro_batches(shares[world.rank], micro_batch_rows)
+            most = max(len(micro_batches(s, micro_batch_rows)) for s in shares)
+            # FSDP: every pass is a collective, so every rank runs the most passes (the extra
+            # ones zero-weight); DDP: a rank's own passes, at least one (a rank holding none of
+            # the mini-batch joins the all-reduce with a zero-weight pass); one process: its own
+            n_pass = most if sharded else max(len(parts), 1)
+            # DynaMO's extent over the whole mini-batch before the first loss: a no-grad pass
+            # over the micro-batches when some rank splits its share (one pass: from that pass)
+            first = modulation is not None and most > 1
+            extent, seen = ({}, [None] * n_pass)
+            if first:
+                extent, seen = _extent_pass(model, world, rows, parts, n_pass, batch, adv_rows,
+                                            temperature, ppo_cfg, modulation)
+            done: list[tuple[dict, float, dict]] = []
+            for i in range(n_pass):
+                part = parts[i] if i < len(parts) else None
+                # DDP: only the last pass all-reduces; FSDP reduce-scatters every pass into the
+                # sharded gradient (no unsharded gradient is kept between passes)
+                with _grad_sync(model, sync=sharded or i == n_pass - 1):
+                    if part is None:  # nothing of this mini-batch here: join the collectives
+                        dummy = zero_loss(model, batch.input_ids, batch.attention_mask)
+                        if modulation is not None and not first:
+                            extent = _modulation_extent(world, None, None, None, None, None, ppo_cfg)
+                        if use_kl and sharded:  # the sharded reference model gathers too
+                            zero_pass(ref_model, batch.input_ids, batch.attention_mask, backward=False)
+                        dummy.backward()
+                        continue
+                    out = _micro_step(model, rows, part, adv_rows, denom, temperature, ppo_cfg,
+                                      modulation, ref_model if use_kl else None, world,
+                                      extent if first else None, seen[i])
+                done.append(out.stats)
+                surrogate = (out.row_loss - out.row_kl).numpy()
+                w = 1.0 if meta.weights is None else meta.weights[part]
                 # Mean over PPO epochs (gdro.md: the loss "as computed during the step's update").
-                row_loss[keep.numpy()] += (surrogate / w + res.row_kl.numpy()) / ppo_epochs
-                row_kl[keep.numpy()] += res.row_kl.numpy() / ppo_epochs
+                row_loss[part] += (surrogate / w + out.row_kl.numpy()) / ppo_epochs
+                row_kl[part] += out.row_kl.numpy() / ppo_epochs
+            if done:
+                stats, weight, weights = combine_parts(done)
+            else:
+                stats, weight, weights = {"entropy": float("nan")}, 0.0, {"beta_comp_pos_mean": 0.0}
             # FSDP: the multi-tensor norm (one DTensor dispatch, not one per parameter)
             gn = torch.nn.utils.clip_grad_norm_(model.parameters(), grad_clip, foreach=True if world.fsdp else None)
             gn = gn.full_tensor() if hasattr(gn, "full_tensor") else gn  # FSDP: a DTensor
@@ -161,7 +182,7 @@ def ppo_update(
             if scheduler is not None:
                 scheduler.step()
             stats["grad_norm"] = float(gn)
-            per_mb.append((stats, weight, {"beta_comp_pos_mean": n_pos}))
+            per_mb.append((stats, weight, weights))
         else:
             # Nothing to learn from, but the optimizer still steps (Adam moments, decay),
             # exactly as the full computation with an all-zero gradient would.
@@ -181,18 +202,111 @@ def ppo_update(
     return UpdateResult(row_loss=row_loss, row_kl=row_kl, stats=means)
 
 
+def micro_batches(rows: np.ndarray, size: int) -> list[np.ndarray]:
+    """``rows`` (a rank's share of a mini-batch, ascending) in consecutive micro-batches of at
+    most ``size`` rows; ``size`` 0 = one micro-batch of all of them; no rows = none."""
+    rows = np.asarray(rows, dtype=np.int64)
+    if len(rows) == 0:
+        return []
+    if size <= 0 or size >= len(rows):
+        return [rows]
+    return [rows[lo: lo + size] for lo in range(0, len(rows), size)]
+
+
+@dataclasses.dataclass
+class _MicroOut:
+    stats: tuple[dict, float, dict]
+    row_loss: torch.Tensor
+    row_kl: torch.Tensor
+
+
+def _micro_step(model, rows, part: np.ndarray, adv_rows: torch.Tensor, denom: torch.Tensor,
+                temperature: float, ppo_cfg: PPOConfig, modulation: DynaMOConfig | None,
+                ref_model, world: World, extent: dict | None, seen) -> _MicroOut:
+    """One micro-batch's forward, loss over the mini-batch's ``denom`` and backward.
+    ``extent`` None: DynaMO's extent from this pass (the mini-batch is one pass on every rank;
+    with several ranks, the all-reduce runs here); else the whole mini-batch's, found by
+    ``_extent_pass``, which also gave this micro-batch's detached log-probs and entropies
+    (``seen``), so the extent is exactly the one of the values modulated."""
+    keep = torch.as_tensor(part)
+    ids, attn, kmask, old = rows.take(keep)
+    kmask = kmask.float()
+    logp, ent = token_logprobs_and_entropy(model, ids, attn, temperature, completion_mask=kmask)
+    adv_tok = adv_rows[keep].unsqueeze(1) * kmask
+    mod_stats = {}
+    if modulation is not None:
+        if extent is None:
+            extent = _modulation_extent(world, adv_tok, logp, old, ent, kmask, ppo_cfg, modulation.delta_h)
+            seen = (logp.detach(), ent.detach())
+        adv_tok, mod_stats = modulate_advantages(adv_tok, seen[0], old, seen[1], kmask, modulation, ppo_cfg,
+                                                 **extent)
+    ref_logp = None
+    if ref_model is not None:
+        with torch.no_grad():
+            ref_logp, _ = token_logprobs_and_entropy(ref_model, ids, attn, temperature, completion_mask=kmask)
+    res = ppo_clip_loss(logp, old, adv_tok, kmask, ppo_cfg, ref_logp=ref_logp, denominator=denom)
+    res.loss.backward()  # DDP: on the last micro-batch the gradient buckets are all-reduced meanwhile
+    weight = float(kmask.sum())
+    n_pos = float((kmask.bool() & (adv_tok > 0)).sum())  # β_comp_pos_mean's tokens
+    stats = {**res.stats, **mod_stats}
+    stats["entropy"] = float((ent.detach() * kmask).sum() / kmask.sum().clamp_min(1))
+    return _MicroOut((stats, weight, {"beta_comp_pos_mean": n_pos}), res.row_loss, res.row_kl)
+
+
+def _grad_sync(model: torch.nn.Module, sync: bool):
+    """DDP's ``no_sync()`` for a pass whose gradient only accumulates; otherwise nothing."""
+    if sync or not hasattr(model, "no_sync"):
+        return contextlib.nullcontext()
+    return model.no_sync()
+
+
+def _extent_pass(model, world: World, rows, parts: list[np.ndarray], n_pass: int, batch: RolloutBatch,
+                 adv_rows: torch.Tensor, temperature: float, ppo_cfg: PPOConfig,
+                 modulation: DynaMOConfig) -> tuple[dict, list]:
+    """DynaMO's H_min/H_max and max Ξ over the WHOLE mini-batch when it is split into
+    micro-batches: one no-grad forward per micro-batch (FSDP: ``n_pass`` of them, the extra ones
+    zero-weight), then the ranks' all-reduce. Returns the extent for ``modulate_advantages``
+    (explicit even with one process) and each micro-batch's detached (log-probs, entropies).
+    The cost: one extra forward over the share per mini-batch, about a third of its
+    forward + backward (without activation checkpointing)."""
+    lo, hi, top = float("inf"), float("-inf"), 0.0
+    seen: list = [None] * n_pass
+    with torch.no_grad():
+        for i in range(n_pass):
+            if i >= len(parts):
+                if world.fsdp and world.distributed:
+                    zero_pass(model, batch.input_ids, batch.attention_mask, backward=False)
+                continue
+            ids, attn, kmask, old = rows.take(torch.as_tensor(parts[i]))
+            kmask = kmask.float()
+            logp, ent = token_logprobs_and_entropy(model, ids, attn, temperature, completion_mask=kmask)
+            seen[i] = (logp, ent)
+            adv_tok = adv_rows[torch.as_tensor(parts[i])].unsqueeze(1) * kmask
+            a, b, c = _local_extent(adv_tok, logp, old, ent, kmask, ppo_cfg, modulation.delta_h)
+            lo, hi, top = min(lo, a), max(hi, b), max(top, c)
+    if world.distributed:
+        lo, neg_hi, neg_top = world.reduce([lo, -hi, -top], "min")  # one all-reduce: min, max, max
+        lo, hi, top = float(lo), float(-neg_hi), float(-neg_top)
+    return {"entropy_range": (lo, hi), "xi_max": top}, seen
+
+
+def _local_extent(adv_tok, logp, old, ent, kmask, ppo_cfg: PPOConfig, delta_h: str) -> tuple[float, float, float]:
+    """(H_min, H_max, max Ξ) over the valid tokens given; (inf, -inf, 0) when there are none."""
+    if kmask is None or not bool(kmask.bool().any()):
+        return float("inf"), float("-inf"), 0.0
+    h = ent.detach()[kmask.bool()]
+    top = float(entropy_change_magnitude(adv_tok, logp.detach(), old, ent.detach(), kmask, ppo_cfg, delta_h).max())
+    return float(h.min()), float(h.max()), top
+
+
 def _modulation_extent(
     world: World, adv_tok, logp, old, ent, kmask, ppo_cfg: PPOConfig, delta_h: str = "token_centred"
 ) -> dict:
-    """DynaMO's H_min/H_max and max Ξ over the mini-batch's valid tokens on EVERY rank (empty
-    with one process: modulate_advantages then takes them from the rows it is given)."""
+    """DynaMO's H_min/H_max and max Ξ over the mini-batch's valid tokens on EVERY rank, when
+    each rank's share is one pass (empty with one process: modulate_advantages then takes them
+    from the rows it is given)."""
     if not world.distributed:
         return {}
-    lo, hi, top = float("inf"), float("-inf"), 0.0
-    if kmask is not None and bool(kmask.bool().any()):
-        h = ent.detach()[kmask.bool()]
-        lo, hi = float(h.min()), float(h.max())
-        top = float(entropy_change_magnitude(adv_tok, logp.detach(), old, ent.detach(), kmask, ppo_cfg,
-                                             delta_h).max())
+    lo, hi, top = _local_extent(adv_tok, logp, old, ent, kmask, ppo_cfg, delta_h)
     lo, neg_hi, neg_top = world.reduce([lo, -hi, -top], "min")  # one all-reduce: min, max, max
     return {"entropy_range": (float(lo), float(-neg_hi)), "xi_max": float(-neg_top)}

@@ -70,6 +70,25 @@ def combine_over_ranks(
     return out
 
 
+def combine_parts(parts: list[tuple[dict, float, dict]]) -> tuple[dict, float, dict]:
+    """One rank's micro-batches of a mini-batch as that rank's one entry of it: (stats, weight,
+    weights per stat) with the same rules as across ranks (``_combine``), so a split share
+    reports what the whole share in one pass would, up to float summation order. A micro-batch
+    without a valid token (weight 0) is left out unless every one is such (its stats are the
+    loss functions' empty-batch values, which the unsplit share's tokens would not show)."""
+    if len(parts) == 1:
+        return parts[0]
+    names = sorted(set().union(*(p[0] for p in parts)))
+    live = [p for p in parts if p[1] > 0] or parts[:1]
+    rows = [np.array([[float(s.get(k, math.nan)), float((ws or {}).get(k, w))] for k in names])
+            for s, w, ws in live]
+    weights: dict[str, float] = {}
+    for _, _, ws in parts:
+        for k, v in (ws or {}).items():
+            weights[k] = weights.get(k, 0.0) + float(v)
+    return _combine(rows, names), float(sum(p[1] for p in parts)), weights
+
+
 def _combine(rank_rows: list[np.ndarray], names: list[str]) -> dict[str, float]:
     """One mini-batch: ``rank_rows[r][i] = (value, weight)`` of stat ``names[i]`` on rank r."""
     out: dict[str, float] = {}
