@@ -94,14 +94,20 @@ class RLConfig:
     """Rows per forward/backward pass (gradient accumulation): a rank's share of each PPO
     mini-batch is split into micro-batches of at most this many rows, each backpropagated with
     the loss over the MINI-batch's global denominator, so the summed gradient is the whole
-    share's (train/update.py); the no-grad log-prob passes (the reference policy, vLLM's
-    old-log-prob recompute, DynaMO's extent pass) use the same row count. 0 = the whole share
-    in one pass (and the recompute's 64 rows), the small profiles' setting. The papers' code
+    share's (train/update.py); the update's no-grad passes (the reference policy's, DynaMO's
+    extent pass) use the same row count, the old-log-prob recompute ``log_prob_micro_batch_rows``.
+    0 = the whole share in one pass, the small profiles' setting. The papers' code
     (verl) calls these ``actor.ppo_micro_batch_size_per_gpu`` and
     ``{rollout,ref}.log_prob_micro_batch_size_per_gpu`` (or a token budget with
-    ``use_dynamic_bsz``); one count serves both here. It bounds memory, never the numbers:
+    ``use_dynamic_bsz``; rows here: the memory rule bounds a pass by rows x max_new_tokens
+    whatever the lengths, and a fixed count keeps the passes the same on every run). It bounds memory, never the numbers:
     the update equals the unsplit one to float summation order (tests/train/test_micro_batches.py).
     The paper profiles set the repository's choice (docs/fidelity/rl.md, "Micro-batches")."""
+    log_prob_micro_batch_rows: int = 0
+    """Rows per pass of the old-log-prob recompute (the vLLM engine's no-grad pass over the step's
+    rows, verl's ``rollout.log_prob_micro_batch_size_per_gpu``): a no-grad pass keeps no
+    activations for a backward, so it can take more rows than ``micro_batch_rows``. 0 =
+    ``micro_batch_rows``, or 64 rows when that is 0 too."""
     modulation: str | None = None
     """Token-level advantage modulation (registered in ``rl.modulation.MODULATIONS``): None or
     'dynamo' (DynaMO §B)."""

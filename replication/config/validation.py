@@ -80,9 +80,11 @@ def validate(cfg: TrainConfig) -> None:
     need(cfg.rl.kl_coef >= 0, "rl.kl_coef", "must be >= 0")
     need(cfg.rl.mini_batches >= 1, "rl.mini_batches", "must be >= 1")
     need(cfg.rl.ppo_epochs >= 1, "rl.ppo_epochs", "must be >= 1")
-    need(isinstance(cfg.rl.micro_batch_rows, int) and not isinstance(cfg.rl.micro_batch_rows, bool)
-         and cfg.rl.micro_batch_rows >= 0, "rl.micro_batch_rows",
-         "must be an integer >= 0 (0: a rank's whole share of a mini-batch in one pass)")
+    for key in ("micro_batch_rows", "log_prob_micro_batch_rows"):
+        v = getattr(cfg.rl, key)
+        need(isinstance(v, int) and not isinstance(v, bool) and v >= 0, f"rl.{key}",
+             "must be an integer >= 0 (0: a rank's whole share of a mini-batch in one pass)"
+             if key == "micro_batch_rows" else "must be an integer >= 0 (0: rl.micro_batch_rows, else 64)")
     need(cfg.rl.reward_positive > cfg.rl.reward_negative, "rl.reward_positive", "must exceed reward_negative")
     need(cfg.optim.lr > 0, "optim.lr", "must be > 0")
     need(cfg.optim.grad_clip > 0, "optim.grad_clip", "must be > 0")

@@ -2,7 +2,7 @@
 
     mem = gpu_memory(cfg, world=8, gpu_gib=80)
     mem.total_gib, mem.shortfall(cfg.profile)     # None when it fits, else the one-line reason
-    mem.pass_warning(cfg.profile)                 # the trainer's largest single pass, when it cannot fit
+    mem.pass_warning(cfg.profile)                 # the trainer's largest single pass (one micro-batch), when it cannot fit
 
 The rule, per GPU (one rank per GPU):
 
@@ -20,11 +20,13 @@ The rule, per GPU (one rank per GPU):
   ``max_model_len`` tokens (the model's context when unset): vLLM refuses to start otherwise.
   The HF engine reserves nothing; its generation batch counts with the activations.
 - **Activations**, CUDA context and allocator fragmentation: a stated margin, ``ACTIVATION_SHARE``
-  of the GPU (8 GiB of 80). It stands for a micro-batch's activations; the trainer's largest
-  single pass is computed apart (``largest_pass``): it forwards a rank's whole share of a
-  mini-batch (the update) or 64 rows (the old-log-prob recompute) in one pass, and at paper
-  lengths their logits alone exceed any GPU. That is reported as a warning, not folded into the
-  verdict: no setting of a profile changes it (the trainer has no token-budgeted micro-batches).
+  of the GPU (8 GiB of 80). It stands for a micro-batch's activations other than its logits;
+  the trainer's largest single pass is computed apart (``largest_pass``): ONE micro-batch of
+  ``rl.micro_batch_rows`` rows (train/update.py; the reference policy's and DynaMO's extent pass
+  forward the same rows), or with 0 a rank's whole share of a mini-batch, and the old-log-prob
+  recompute's ``rl.log_prob_micro_batch_rows`` rows (0: ``rl.micro_batch_rows``, 0:
+  ``RECOMPUTE_ROWS``). When that pass's logits do not fit beside the reserved memory it is a
+  warning, not folded into the verdict, naming the setting that fixes it.
 
 A run fits when the share holds its engine and training state + copies + share + margin is at
 most the GPU's memory; ``shortfall`` says which part does not, in one line.
@@ -48,7 +50,8 @@ LOGIT_BYTES = 10
 """Bytes per vocabulary entry per scored token of one pass (``rl.logprobs``): the model's bf16
 logits (2), their float32 copy divided by T (4) and its softmax (4)."""
 RECOMPUTE_ROWS = 64
-"""Rows per pass of vLLM's old-log-prob recompute (``VLLMRolloutEngine.recompute_old_logprobs``)."""
+"""Rows per pass of vLLM's old-log-prob recompute when ``rl.micro_batch_rows`` is 0
+(``rollout.vllm_engine.RECOMPUTE_ROWS``, not imported here: this module needs no torch)."""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -112,6 +115,9 @@ class Pass:
     """Scored tokens per row (the completion length bound, ``max_new_tokens``)."""
     logits_gib: float
     """Their logits alone (``LOGIT_BYTES`` per vocabulary entry)."""
+    micro_batch_rows: int = 0
+    """The setting that sizes the pass: ``rl.micro_batch_rows`` for the update,
+    ``rl.log_prob_micro_batch_rows`` for the recompute (0: unset)."""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -191,10 +197,16 @@ class GpuMemory:
         p = self.largest_pass
         if p.logits_gib <= free:
             return None
-        return (f"{profile}: the {p.what} forwards {p.rows} rows x {p.tokens} tokens in one pass per GPU; "
-                f"their logits alone need {p.logits_gib:.1f} GiB, {max(free, 0):.1f} GiB are left beside the "
-                f"reserved memory: the trainer has no token-budgeted micro-batches yet, so this run would run "
-                f"out of GPU memory at its first step")
+        key = "rl.micro_batch_rows" if p.what == "update" else "rl.log_prob_micro_batch_rows"
+        fit = int(free // (p.logits_gib / max(p.rows, 1))) if free > 0 else 0
+        how = (f"set {key} to at most {fit}" if fit >= 1 else
+               "not even one row's logits fit: set a shorter rollout.sampling.max_new_tokens or use larger GPUs")
+        setting = (f"{key}={p.micro_batch_rows}" if p.micro_batch_rows
+                   else "rl.micro_batch_rows=0: the whole share in one pass" if p.what == "update"
+                   else f"{key}=0: {p.rows} rows a pass")
+        return (f"{profile}: the {p.what} forwards {p.rows} rows x {p.tokens} tokens in one pass per GPU "
+                f"({setting}); their logits alone need {p.logits_gib:.1f} GiB, {max(free, 0):.1f} GiB are left "
+                f"beside the reserved memory, so this run would run out of GPU memory at its first step: {how}")
 
     def as_dict(self) -> dict[str, Any]:
         d = {k: round(v, 1) if isinstance(v, float) else v for k, v in dataclasses.asdict(self).items()}
@@ -213,16 +225,22 @@ def engine_of(cfg: Any) -> tuple[str, int]:
 
 
 def largest_pass(cfg: Any, world: int, geo: Geometry) -> Pass:
-    """The larger of the update's pass (a rank's share of one mini-batch, with gradients) and,
-    with vLLM's recompute, the old-log-prob pass (``RECOMPUTE_ROWS`` rows of the rank's share)."""
+    """The larger of the update's pass (one micro-batch of ``rl.micro_batch_rows`` rows, with
+    gradients, or with 0 a rank's share of one mini-batch) and, with vLLM's recompute, the
+    old-log-prob pass (``rl.log_prob_micro_batch_rows`` rows, 0: ``rl.micro_batch_rows``, 0:
+    ``RECOMPUTE_ROWS``, of the rank's share)."""
     tokens = int(cfg.rollout.sampling.max_new_tokens)
     per_rank = -(-cfg.budget // world)
-    passes = [("update", -(-cfg.budget // (cfg.rl.mini_batches * world)))]
+    micro = int(getattr(cfg.rl, "micro_batch_rows", 0) or 0)
+    share = -(-cfg.budget // (cfg.rl.mini_batches * world))
+    passes = [("update", min(share, micro) if micro else share)]
     vllm = getattr(cfg.rollout, "vllm", None)
     if engine_of(cfg)[0] == "vllm" and getattr(vllm, "old_logprobs", "recompute") == "recompute":
-        passes.append(("old-log-prob recompute", min(RECOMPUTE_ROWS, per_rank)))
+        recompute = int(getattr(cfg.rl, "log_prob_micro_batch_rows", 0) or 0) or micro or RECOMPUTE_ROWS
+        passes.append(("old-log-prob recompute", min(recompute, per_rank)))
     what, rows = max(passes, key=lambda p: p[1])
-    return Pass(what, rows, tokens, rows * tokens * geo.vocab * LOGIT_BYTES / GIB)
+    setting = micro if what == "update" else int(getattr(cfg.rl, "log_prob_micro_batch_rows", 0) or 0)
+    return Pass(what, rows, tokens, rows * tokens * geo.vocab * LOGIT_BYTES / GIB, setting)
 
 
 def gpu_memory(cfg: Any, world: int, gpu_gib: float, sharded: bool | None = None) -> GpuMemory | None:

@@ -76,8 +76,8 @@ from replication.rollout.vllm_weight_sync import (  # noqa: F401  (re-exported)
 )
 
 RECOMPUTE_ROWS = 64
-"""Rows per pass of the old-log-prob recompute when ``rl.micro_batch_rows`` is 0 (the memory
-rule, launch/memory.py, counts the same number)."""
+"""Rows per pass of the old-log-prob recompute when ``rl.log_prob_micro_batch_rows`` and
+``rl.micro_batch_rows`` are 0 (the memory rule, launch/memory.py, counts the same number)."""
 
 
 class VLLMRolloutEngine(VLLMWeightSync):
@@ -125,8 +125,8 @@ class VLLMRolloutEngine(VLLMWeightSync):
         ranks' largest pass count for a count, so the old-log-prob recompute runs as many passes
         over the sharded policy on every rank. None: one process, or a replicated policy."""
         self.recompute_rows = int(recompute_rows) or RECOMPUTE_ROWS
-        """Rows per no-grad pass of the old-log-prob recompute: ``rl.micro_batch_rows`` (the
-        trainer's micro-batch), else ``RECOMPUTE_ROWS``; the pass's logits are this many rows'."""
+        """Rows per no-grad pass of the old-log-prob recompute: ``rl.log_prob_micro_batch_rows``,
+        else ``rl.micro_batch_rows``, else ``RECOMPUTE_ROWS``; the pass's logits are this many rows'."""
 
     # -- construction -------------------------------------------------------------------------
 
@@ -156,7 +156,8 @@ class VLLMRolloutEngine(VLLMWeightSync):
                            add_special_tokens=add_special_tokens,
                            eos_token_ids=_eos_ids(model, tokenizer),
                            default_max_new_tokens=cfg.rollout.sampling.max_new_tokens,
-                           pass_sync=pass_sync, recompute_rows=cfg.rl.micro_batch_rows)
+                           pass_sync=pass_sync,
+                           recompute_rows=cfg.rl.log_prob_micro_batch_rows or cfg.rl.micro_batch_rows)
         engine.sync_weights(model)  # also checks that vLLM and the trainer agree from step 0
         return engine
 

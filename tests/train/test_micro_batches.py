@@ -166,6 +166,54 @@ def test_micro_batch_rows_is_validated(small_overrides):
         load_profile("default", {"rl.micro_batch_rows": -1})
 
 
+def test_vllm_recompute_passes_take_the_configured_rows():
+    """The old-log-prob recompute forwards ``rl.log_prob_micro_batch_rows`` rows a pass (else
+    ``rl.micro_batch_rows``, else 64), with the same log-probs as one pass."""
+    from rollout.vllm_fakes import TinyLM, make_engine
+
+    from replication.rollout.vllm_engine import RECOMPUTE_ROWS
+
+    calls: list[int] = []
+
+    class CountingLM(TinyLM):
+        def forward(self, input_ids, attention_mask=None, position_ids=None, **kw):
+            calls.append(input_ids.shape[0])
+            return super().forward(input_ids, attention_mask, position_ids, **kw)
+
+    args = (["a", "b"], ["xy", "z"], ["1", "2"], np.array([2, 3]))
+    from rollout.vllm_fakes import SAMPLING
+
+    out = {}
+    for rows in (0, 2):
+        engine = make_engine(old_logprobs="recompute")
+        engine.policy = CountingLM(vocab=93)
+        engine.recompute_rows = rows or RECOMPUTE_ROWS
+        calls.clear()
+        out[rows] = engine.generate(*args, SAMPLING, generator=torch.Generator().manual_seed(0)).old_logprobs
+        assert calls == ([5] if rows == 0 else [2, 2, 1]), calls
+    assert torch.allclose(out[0], out[2], atol=1e-6)
+
+
+@pytest.mark.parametrize("paper", ["vip", "dynamo", "gdro"])
+def test_the_memory_rule_counts_one_micro_batch(paper):
+    """dry-run's largest pass is one micro-batch: the paper profiles' settings fit an 80 GB GPU
+    (no warning); the whole share in one pass does not, and the warning names the setting."""
+    from replication.config import load_profile
+    from replication.launch.memory import gpu_memory
+    from replication.train.plan import plan
+
+    cfg = load_profile(f"paper-{paper}")
+    assert cfg.rl.micro_batch_rows >= 1 and cfg.rl.log_prob_micro_batch_rows >= 1
+    out = plan(cfg, gpus=8)
+    assert out["warnings"] == [], out["warnings"]
+    p = out["memory"]["largest_pass"]
+    assert p["rows"] == max(cfg.rl.micro_batch_rows, cfg.rl.log_prob_micro_batch_rows)
+    whole = load_profile(f"paper-{paper}", {"rl.micro_batch_rows": 0, "rl.log_prob_micro_batch_rows": 0})
+    line = gpu_memory(whole, 8, 80.0).pass_warning(whole.profile)
+    assert line and "rows x" in line and "set rl." in line and "micro_batch_rows to at most" in line, line
+    assert plan(whole, gpus=8)["warnings"] == [line]
+
+
 # ------------------------------------------------------------------------- real multi-process runs
 @pytest.mark.slow
 @pytest.mark.parametrize("case,common,split", [
