@@ -194,7 +194,8 @@ def modulate_advantages(
             the rows given: pass one micro-batch (as the paper) or a whole mini-batch.
         cfg, ppo_cfg: DynaMO and PPO settings (ε_low, ε_high, dual clip define 1_clip).
         entropy_range, xi_max: (H_min, H_max) and max Ξ of the whole mini-batch when it is
-            split across processes (train/distributed.py); None = from the rows given.
+            split across processes (train/distributed.py) or into micro-batches
+            (``rl.micro_batch_rows``, train/update.py); None = from the rows given.
 
     Returns:
         (advantages [N, L], stats) — stats: beta_comp_mean, beta_comp_pos_mean (over A > 0
