@@ -37,7 +37,10 @@ rollouts costs the loop, the engine's whole share of the step. Standalone rollou
 the replay. The ratio in-loop / standalone is the figure the ≥ 70 % target (GPUs) is about; the
 difference per step is broken down into vLLM's call in the loop against the replay, request
 building, output assembly, old-log-prob recompute, weight reload, prefix reset and sync check.
-Whole-step rollouts/s (the update included) are recorded beside it.
+Whole-step rollouts/s (the update included) are recorded beside it. Every part is also timed in
+process CPU seconds (all threads of the process, ``time.process_time``), with the same ratio and
+breakdown: on a machine shared with other jobs the wall seconds of two calls a few seconds apart
+move with the others' load, their CPU seconds much less.
 
 ``--json FILE`` writes the record: machine, versions, settings, load average at start and end,
 every repeat's figures and the summary (medians over repeats, ratio range). vLLM's start-up is
@@ -111,13 +114,14 @@ def overrides(args: argparse.Namespace, threads: int | None) -> dict:
 
 
 class Probe:
-    """The engine's calls, timed per step, and the standalone replay of its vLLM call.
+    """The engine's calls, timed per step (wall and process CPU seconds), and the standalone
+    replay of its vLLM call.
 
     Installed around one ``VLLMRolloutEngine``: its ``llm`` is wrapped (``generate``,
-    ``collective_rpc``, ``reset_prefix_cache`` timed; the rest passed through) and its
-    ``generate`` / ``sync_weights`` / ``_check_sync`` are wrapped on the instance, and the engine
-    module's ``collect_completions`` / ``assemble_batch`` are wrapped where ``generate`` looks
-    them up. Nothing of the engine's code changes."""
+    ``collective_rpc``, ``reset_prefix_cache`` timed; the rest passed through), its ``generate``
+    / ``recompute_old_logprobs`` / ``sync_weights`` / ``_check_sync`` are wrapped on the
+    instance, and the engine module's ``collect_completions`` / ``assemble_batch`` are wrapped
+    where ``generate`` looks them up. Nothing of the engine's code changes."""
 
     def __init__(self, engine, sampling_params) -> None:
         import replication.rollout.vllm_engine as vllm_engine_module
@@ -128,6 +132,9 @@ class Probe:
         self.replay = False
         self.standalone_first = False
         self.t: dict[str, float] = {}
+        """Wall seconds per key in this step."""
+        self.c: dict[str, float] = {}
+        """Process CPU seconds (every thread) per key in this step."""
         self.n: dict[str, int] = {}
         self.llm = engine.llm
         probe = self
@@ -151,12 +158,14 @@ class Probe:
                     return probe.llm.reset_prefix_cache(*a, **kw)
 
         engine.llm = LLMProxy()
-        gen, sync, check = engine.generate, engine.sync_weights, engine._check_sync
+        gen, sync = engine.generate, engine.sync_weights
 
         def generate(*a, **kw):
-            self.phase, self.t["generate_entry"] = "generate", time.perf_counter()
+            self.phase = "generate"
+            self.entry = (time.perf_counter(), time.process_time())
             try:
-                return gen(*a, **kw)
+                with self.timed("engine_generate"):
+                    return gen(*a, **kw)
             finally:
                 self.phase = None
 
@@ -168,23 +177,25 @@ class Probe:
             finally:
                 self.phase = None
 
-        def check_sync(*a, **kw):
-            with self.timed("sync_check"):
-                return check(*a, **kw)
-
-        engine.generate, engine.sync_weights, engine._check_sync = generate, sync_weights, check_sync
+        engine.generate, engine.sync_weights = generate, sync_weights
+        engine._check_sync = self._timed_fn(engine._check_sync, "sync_check")
+        engine.recompute_old_logprobs = self._timed_fn(engine.recompute_old_logprobs, "old_logprob")
         for name in ("collect_completions", "assemble_batch"):
             setattr(vllm_engine_module, name, self._timed_fn(getattr(vllm_engine_module, name), "output_assembly"))
+
+    def add(self, key: str, wall: float, cpu: float) -> None:
+        self.t[key] = self.t.get(key, 0.0) + wall
+        self.c[key] = self.c.get(key, 0.0) + cpu
 
     def timed(self, key: str):
         probe = self
 
         class _T:
             def __enter__(self):
-                self.t0 = time.perf_counter()
+                self.t0, self.c0 = time.perf_counter(), time.process_time()
 
             def __exit__(self, *exc):
-                probe.t[key] = probe.t.get(key, 0.0) + time.perf_counter() - self.t0
+                probe.add(key, time.perf_counter() - self.t0, time.process_time() - self.c0)
                 return False
 
         return _T()
@@ -197,7 +208,7 @@ class Probe:
         return wrapped
 
     def start_step(self, replay: bool, standalone_first: bool) -> None:
-        self.t, self.n = {}, {}
+        self.t, self.c, self.n = {}, {}, {}
         self.replay, self.standalone_first = replay, standalone_first
 
     def _standalone_params(self, params):
@@ -208,32 +219,24 @@ class Probe:
                                 stop_token_ids=list(p.stop_token_ids or [])) for p in params]
 
     def _generate_and_replay(self, inputs, params, **kw):
-        self.t["request_building"] = time.perf_counter() - self.t["generate_entry"]
+        self.add("request_building", time.perf_counter() - self.entry[0], time.process_time() - self.entry[1])
         plain = self._standalone_params(params)
 
-        def loop_call():
+        def call(key, these, **kwargs):
             self.llm.reset_prefix_cache()
-            t0 = time.perf_counter()
-            out = self.llm.generate(inputs, params, **kw)
-            self.t["vllm_generate"] = time.perf_counter() - t0
-            return out
+            with self.timed(key):
+                return self.llm.generate(inputs, these, **kwargs)
 
-        def standalone_call():
-            self.llm.reset_prefix_cache()
-            t0 = time.perf_counter()
-            out = self.llm.generate(inputs, plain, use_tqdm=False)
-            self.t["standalone"] = time.perf_counter() - t0
-            return out
-
-        t0 = time.perf_counter()
-        if self.standalone_first:
-            alone = standalone_call()
-            out = loop_call()
-        else:
-            out = loop_call()
-            alone = standalone_call()
+        with self.timed("replay_block"):
+            if self.standalone_first:
+                alone = call("standalone", plain, use_tqdm=False)
+                out = call("vllm_generate", params, **kw)
+            else:
+                out = call("vllm_generate", params, **kw)
+                alone = call("standalone", plain, use_tqdm=False)
         # everything of this block but the loop's own call is the benchmark's, not the loop's
-        self.t["replay_block"] = time.perf_counter() - t0 - self.t["vllm_generate"]
+        self.t["replay_block"] -= self.t["vllm_generate"]
+        self.c["replay_block"] -= self.c["vllm_generate"]
         self.n["tokens_in_loop"] = sum(len(c.token_ids) for o in out for c in o.outputs)
         self.n["tokens_standalone"] = sum(len(c.token_ids) for o in alone for c in o.outputs)
         self.n["same_tokens"] = all(
@@ -243,29 +246,48 @@ class Probe:
         return out
 
 
-def repeat_figures(row: dict, t: dict[str, float], n: dict, order: str, load: float) -> dict:
-    """One measured step's figures (the replay taken out of the step's seconds)."""
+def engine_parts(t: dict[str, float]) -> dict[str, float]:
+    """The engine's share of a step from the probe's timings (wall or CPU seconds alike):
+    generate (replay taken out) split into request building, vLLM's call and output assembly,
+    the old-log-prob recompute, the sync split into reload, prefix reset and check."""
+    check, prefix = t.get("sync_check", 0.0), t.get("prefix_reset", 0.0)
+    recompute = t.get("old_logprob", 0.0)
+    return {"generate": t["engine_generate"] - t["replay_block"] - recompute,
+            "request_building": t["request_building"], "vllm_generate": t["vllm_generate"],
+            "output_assembly": t.get("output_assembly", 0.0), "old_logprob": recompute,
+            "sync": t.get("sync_weights", 0.0), "sync_reload": t.get("sync_weights", 0.0) - check - prefix,
+            "sync_prefix_reset": prefix, "sync_check": check}
+
+
+def breakdown(parts: dict[str, float], standalone: float) -> dict[str, float]:
+    """(in-loop engine seconds − standalone seconds) by part."""
+    return {"vllm_generate_excess": parts["vllm_generate"] - standalone,
+            "request_building": parts["request_building"], "output_assembly": parts["output_assembly"],
+            "old_logprob": parts["old_logprob"], "sync_reload": parts["sync_reload"],
+            "sync_prefix_reset": parts["sync_prefix_reset"], "sync_check": parts["sync_check"]}
+
+
+def repeat_figures(row: dict, t: dict[str, float], c: dict[str, float], n: dict, order: str,
+                   load: float) -> dict:
+    """One measured step's figures, the replay taken out of the step's seconds: wall seconds
+    (the step row's phases and the probe's split) and, beside them, process CPU seconds of the
+    same parts (less moved by other jobs on a shared machine)."""
     extra = t["replay_block"]
     loop = {ph: float(row.get(f"{ph}_seconds", 0.0)) for ph in STEP_PHASES}
     loop["generate"] -= extra
     step = float(row["step_seconds"]) - extra
     loop["other"] = step - sum(loop.values())
     loop["step"] = step
-    split = {"vllm_generate": t["vllm_generate"], "request_building": t["request_building"],
-             "output_assembly": t.get("output_assembly", 0.0)}
-    sync_check = t.get("sync_check", 0.0)
-    prefix = t.get("prefix_reset", 0.0)
-    split.update(sync_reload=t.get("sync_weights", 0.0) - sync_check - prefix,
-                 sync_prefix_reset=prefix, sync_check=sync_check)
+    parts = engine_parts(t)
+    split = {k: parts[k] for k in ("request_building", "vllm_generate", "output_assembly", "sync_reload",
+                                   "sync_prefix_reset", "sync_check")}
     engine = loop["generate"] + loop["old_logprob"] + loop["sync"]
     rollouts = int(row["rollouts"])
     standalone = t["standalone"]
-    diff = {"vllm_generate_excess": split["vllm_generate"] - standalone,
-            "request_building": split["request_building"], "output_assembly": split["output_assembly"],
-            "old_logprob": loop["old_logprob"], "sync_reload": split["sync_reload"],
-            "sync_prefix_reset": split["sync_prefix_reset"], "sync_check": split["sync_check"]}
-    # what the split does not cover of the generate phase (the wrappers' own time, a few µs)
+    diff = breakdown(parts, standalone)
     diff_total = engine - standalone
+    cpu_parts = engine_parts(c)
+    cpu_engine = cpu_parts["generate"] + cpu_parts["old_logprob"] + cpu_parts["sync"]
     return {
         "step": int(row["step"]), "order": order, "rollouts": rollouts,
         "tokens_in_loop": n["tokens_in_loop"], "tokens_standalone": n["tokens_standalone"],
@@ -276,16 +298,22 @@ def repeat_figures(row: dict, t: dict[str, float], n: dict, order: str, load: fl
         "step_rollouts_per_s": rollouts / step, "step_ratio": standalone / step,
         "loop_seconds": loop, "engine_split_seconds": split,
         "difference_seconds": diff_total, "difference_breakdown_seconds": diff,
+        # what the split does not cover (the step's generate around the engine call, the wrappers)
         "difference_unaccounted_seconds": diff_total - sum(diff.values()),
+        "cpu_seconds": {"standalone": c["standalone"], "engine_in_loop": cpu_engine, **cpu_parts},
+        "cpu_ratio": c["standalone"] / cpu_engine,
+        "cpu_difference_breakdown_seconds": breakdown(cpu_parts, c["standalone"]),
         "load_1min_after": load,
     }
 
 
 def summarize(repeats: list[dict]) -> dict:
-    """Medians over repeats (the ratio with its range) and the mean breakdown per step."""
+    """Medians over repeats (the ratios with their range) and the mean breakdown per step."""
     med = lambda key: statistics.median(r[key] for r in repeats)  # noqa: E731
     diff = statistics.mean(r["difference_seconds"] for r in repeats)
-    breakdown = {k: statistics.mean(r["difference_breakdown_seconds"][k] for r in repeats) for k in BREAKDOWN}
+    parts = {k: statistics.mean(r["difference_breakdown_seconds"][k] for r in repeats) for k in BREAKDOWN}
+    cpu_diff = statistics.mean(r["cpu_seconds"]["engine_in_loop"] - r["cpu_seconds"]["standalone"] for r in repeats)
+    cpu_parts = {k: statistics.mean(r["cpu_difference_breakdown_seconds"][k] for r in repeats) for k in BREAKDOWN}
     loop = {k: statistics.mean(r["loop_seconds"][k] for r in repeats) for k in repeats[0]["loop_seconds"]}
     return {
         "repeats": len(repeats),
@@ -297,8 +325,15 @@ def summarize(repeats: list[dict]) -> dict:
         "standalone_seconds_mean": statistics.mean(r["standalone_seconds"] for r in repeats),
         "engine_seconds_in_loop_mean": statistics.mean(r["engine_seconds_in_loop"] for r in repeats),
         "difference_seconds_mean": diff,
-        "difference_breakdown_seconds_mean": breakdown,
-        "difference_breakdown_share": {k: (v / diff if diff else 0.0) for k, v in breakdown.items()},
+        "difference_breakdown_seconds_mean": parts,
+        "difference_breakdown_share": {k: (v / diff if diff else 0.0) for k, v in parts.items()},
+        "cpu_ratio_median": med("cpu_ratio"), "cpu_ratio_min": min(r["cpu_ratio"] for r in repeats),
+        "cpu_ratio_max": max(r["cpu_ratio"] for r in repeats),
+        "cpu_standalone_seconds_mean": statistics.mean(r["cpu_seconds"]["standalone"] for r in repeats),
+        "cpu_engine_seconds_in_loop_mean": statistics.mean(r["cpu_seconds"]["engine_in_loop"] for r in repeats),
+        "cpu_difference_seconds_mean": cpu_diff,
+        "cpu_difference_breakdown_seconds_mean": cpu_parts,
+        "cpu_difference_breakdown_share": {k: (v / cpu_diff if cpu_diff else 0.0) for k, v in cpu_parts.items()},
         "loop_seconds_mean": loop,
         "all_same_tokens": all(r["same_tokens"] for r in repeats),
     }
@@ -334,6 +369,11 @@ def print_summary(rec: dict) -> None:
     for k in BREAKDOWN:
         print(f"  {k:<22} {s['difference_breakdown_seconds_mean'][k]:8.3f} s "
               f"({100 * s['difference_breakdown_share'][k]:5.1f} %)")
+    print(f"process CPU seconds (all threads; less moved by other jobs): in-loop/standalone "
+          f"{s['cpu_ratio_median']:.2f} [{s['cpu_ratio_min']:.2f}, {s['cpu_ratio_max']:.2f}]; per step in-loop "
+          f"engine {s['cpu_engine_seconds_in_loop_mean']:.3f} - standalone {s['cpu_standalone_seconds_mean']:.3f} = "
+          f"{s['cpu_difference_seconds_mean']:.3f}: "
+          + ", ".join(f"{k} {s['cpu_difference_breakdown_seconds_mean'][k]:.3f}" for k in BREAKDOWN))
     print("step phases (mean s): " + ", ".join(f"{k} {v:.3f}" for k, v in s["loop_seconds_mean"].items()))
 
 
@@ -386,7 +426,7 @@ def main(argv: list[str] | None = None) -> int:
         if k < 0:
             print(f"warm-up step {step}: {row['step_seconds']:.2f} s", flush=True)
             continue
-        fig = repeat_figures(row, probe.t, probe.n, order, os.getloadavg()[0])
+        fig = repeat_figures(row, probe.t, probe.c, probe.n, order, os.getloadavg()[0])
         repeats.append(fig)
         print(f"step {step} ({order}): standalone {fig['standalone_seconds']:.3f} s, in-loop engine "
               f"{fig['engine_seconds_in_loop']:.3f} s, ratio {fig['ratio']:.2f}, step {fig['loop_seconds']['step']:.2f} s",
