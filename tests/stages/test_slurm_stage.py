@@ -21,6 +21,7 @@ a failure (tests/slurm_helpers.need_slurm). Measured: about 4 minutes on 2 cores
 from __future__ import annotations
 
 import json
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -38,15 +39,25 @@ ARMS = {"RLOO": "RLOO", "RLOO+VIP": "RLOO_VIP"}
 """VIP's arms the test trains, and their export folders (arms._slug)."""
 
 
+def _env(proj: Path, **extra: str) -> dict:
+    """The project's environment: its own copy of replication/ first on the path (every process,
+    the notebook's kernel and the SLURM jobs included, imports the same code)."""
+    return {**env(), "PYTHONPATH": str(proj), **extra}
+
+
 def _run(proj: Path, *args: str, timeout: float = 900, **extra: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", *args], cwd=proj, env={**env(), **extra}, capture_output=True,
+    return subprocess.run([sys.executable, "-m", *args], cwd=proj, env=_env(proj, **extra), capture_output=True,
                           text=True, timeout=timeout)
 
 
 def _committed_project(where: Path, **kw) -> Path:
     """A project on the committed params.yaml (a fresh clone's; not whatever a trial in this
-    checkout left in the working copy)."""
+    checkout left in the working copy), with a copy of replication/ rather than the link to this
+    checkout's: an edit here while the test runs would change the stages' `replication`
+    dependency and the runs' code digest under it."""
     proj = make_project(where, git=False, **kw)
+    (proj / "replication").unlink()
+    shutil.copytree(ROOT / "replication", proj / "replication")  # with __pycache__: nothing recompiled
     committed = subprocess.run(["git", "show", "HEAD:params.yaml"], cwd=ROOT, capture_output=True, text=True,
                                check=True).stdout
     (proj / "params.yaml").write_text(committed)
@@ -133,7 +144,7 @@ def test_dvc_exp_run_through_slurm_gives_the_local_metrics_and_a_detached_run_sa
     r = _run(proj, "dvc", "exp", "run", "-S", "launcher.backend=slurm", *SMOKE, "-S", "vip.seeds=[0]", "vip")
     assert r.returncode == 0, (r.stdout + r.stderr)[-4000:]
     assert "2 runs: 0 already exported here, 0 copied from the published results, 0 from the run cache, " \
-           "2 to train" in r.stdout, r.stdout[-4000:]
+           "2 to train" in r.stdout + r.stderr, (r.stdout + r.stderr)[-4000:]  # the notebook's log: stderr
     runs = proj / "workspace" / "smoke" / "vip" / "runs"
     jobs = {}
     for arm, folder in ARMS.items():
@@ -163,9 +174,9 @@ def test_dvc_exp_run_through_slurm_gives_the_local_metrics_and_a_detached_run_sa
     code = ("import sys; from replication.orchestration.grid import run_paper; "
             "run_paper('vip', 'params.yaml', sys.argv[1], launcher={'backend': 'local'})")
     r = subprocess.run([sys.executable, "-c", code, str(out)], cwd=proj, capture_output=True, text=True,
-                       timeout=600, env={**env(), "REPLICATION_RUN_CACHE": str(tmp_path / "local-cache")})
+                       timeout=600, env=_env(proj, REPLICATION_RUN_CACHE=str(tmp_path / "local-cache")))
     assert r.returncode == 0, (r.stdout + r.stderr)[-4000:]
-    assert "0 from the run cache, 2 to train" in r.stdout, r.stdout[-2000:]
+    assert "0 from the run cache, 2 to train" in r.stdout + r.stderr, (r.stdout + r.stderr)[-2000:]
     from replication.orchestration.run_cache import exported_key
 
     for arm, folder in ARMS.items():
