@@ -28,6 +28,8 @@ def gradvar_settings(profile: str, draws: int | None = None) -> dict:
         settings["prompts"] = g.prompts
     if g.checkpoints:
         settings["steps"] = tuple(g.checkpoints)
+    if g.methods:
+        settings["methods"] = tuple(g.methods)
     if draws is not None:
         if int(draws) < 3:
             raise ConfigError(f"gradvar_draws: need at least 3 rollout sets (GradVarConfig), got {draws}")

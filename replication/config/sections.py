@@ -165,6 +165,9 @@ class GradVarSection:
     """Steps of the uniform run measured at (empty: 0, a third and all of the profile's steps)."""
     oracle_samples: int = 64
     """Rollouts per prompt that tell vip-oracle its p."""
+    methods: list = dataclasses.field(default_factory=list)
+    """The allocators measured, by the lab's names (analysis/gradvar_config.py METHODS; uniform is
+    always measured); empty: every one."""
 
 
 NOT_TRAINING = ("gradvar",)

@@ -95,6 +95,9 @@ def validate(cfg: TrainConfig) -> None:
     need(g.prompts >= 0 and g.oracle_samples >= 1, "gradvar.prompts", "prompts >= 0, oracle_samples >= 1")
     need(all(isinstance(t, int) and 0 <= t <= cfg.steps for t in g.checkpoints), "gradvar.checkpoints",
          f"steps in [0, steps={cfg.steps}]")
+    from replication.analysis.gradvar_config import METHODS
+
+    need(all(m in METHODS for m in g.methods), "gradvar.methods", f"names among {sorted(METHODS)}")
     need(cfg.eval.bootstrap >= 0, "eval.bootstrap", "must be >= 0 (0: no bootstrapped best@k / maj@k)")
     need(cfg.model.dtype in ("float32", "bfloat16", "float16"), "model.dtype", "float32|bfloat16|float16")
     need(cfg.model.device in ("cpu", "cuda", "auto"), "model.device", "cpu|cuda|auto")
