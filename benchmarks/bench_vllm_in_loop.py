@@ -80,7 +80,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     ap.add_argument("--threads", type=int, help="CPU threads (default: the profile's model.threads)")
     ap.add_argument("--steps", type=int, default=5, help="measured steps (one repeat each)")
     ap.add_argument("--warmup", type=int, default=1, help="steps run first and not measured")
-    ap.add_argument("--max-model-len", type=int, default=1024)
+    ap.add_argument("--max-model-len", type=int,
+                    help="vLLM's max_model_len (default: 1024, or the model's max_position_embeddings if smaller)")
     ap.add_argument("--kv-cache-gib", type=float, help="default: 0.5 on CPU, 2 on CUDA")
     ap.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
                     help="a config override (YAML value), e.g. rollout.prompts_per_step=8")
@@ -91,13 +92,24 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     return args
 
 
-def overrides(args: argparse.Namespace, threads: int | None) -> dict:
+def default_max_model_len(model_path: str, cap: int = 1024) -> int:
+    """``cap``, or the model's ``max_position_embeddings`` when smaller (vLLM refuses a longer
+    max_model_len: the committed tiny model has 64)."""
+    from transformers import AutoConfig
+
+    from replication.models.hub import model_location
+
+    n = getattr(AutoConfig.from_pretrained(model_location(model_path)), "max_position_embeddings", None)
+    return min(cap, int(n)) if n else cap
+
+
+def overrides(args: argparse.Namespace, threads: int | None, max_model_len: int) -> dict:
     """The config overrides of the run: vLLM in-process (memory weight sync), the lengths and
     cache sizes given, then ``--set``."""
     import yaml
 
     o = {"rollout.engine": "vllm", "rollout.vllm.process_mode": "in-process",
-         "rollout.vllm.max_model_len": args.max_model_len,
+         "rollout.vllm.max_model_len": max_model_len,
          "rollout.vllm.kv_cache_gib": args.kv_cache_gib or (2.0 if args.device == "cuda" else 0.5),
          "model.device": args.device,
          "model.dtype": args.dtype or ("bfloat16" if args.device == "cuda" else "float32")}
@@ -392,7 +404,8 @@ def main(argv: list[str] | None = None) -> int:
         # the whole process (the trainer's update and recompute run on the same cores)
         os.environ.setdefault("OMP_NUM_THREADS", str(threads))
         os.environ.setdefault("VLLM_CPU_OMP_THREADS_BIND", f"0-{threads - 1}")
-    over = overrides(args, threads if args.device == "cpu" else None)
+    max_model_len = args.max_model_len or default_max_model_len(args.model or load_profile(args.profile).model.path)
+    over = overrides(args, threads if args.device == "cpu" else None, max_model_len)
     cfg = load_profile(args.profile, over)
     import torch
 
