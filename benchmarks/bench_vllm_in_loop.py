@@ -4,7 +4,7 @@
     .venv/bin/python -m replication prepare-model --profile smollm2   # once: .cache/smollm2-135m-instruct
     .venv-vllm/bin/python benchmarks/bench_vllm_in_loop.py --profile smollm2 --steps 5 \
         --json benchmarks/records/vllm-in-loop/<date>-smollm2-cpu.json
-    python benchmarks/bench_vllm_in_loop.py --profile default --device cuda --steps 10   # on a GPU
+    python benchmarks/bench_vllm_in_loop.py --profile default --device cuda --kv-cache-gib 2   # on a GPU
 
 One process, one ``vllm.LLM``: the training components are built as ``train`` builds them
 (``rollout.engine=vllm``, in-process engine, memory weight sync) and the loop's own step,
@@ -82,7 +82,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     ap.add_argument("--warmup", type=int, default=1, help="steps run first and not measured")
     ap.add_argument("--max-model-len", type=int,
                     help="vLLM's max_model_len (default: 1024, or the model's max_position_embeddings if smaller)")
-    ap.add_argument("--kv-cache-gib", type=float, help="default: 0.5 on CPU, 2 on CUDA")
+    ap.add_argument("--kv-cache-gib", type=float,
+                    help="rollout.vllm.kv_cache_gib (default: 0.5 on CPU, the profile's on CUDA)")
     ap.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
                     help="a config override (YAML value), e.g. rollout.prompts_per_step=8")
     ap.add_argument("--json", type=Path, help="write the record here")
@@ -109,10 +110,10 @@ def overrides(args: argparse.Namespace, threads: int | None, max_model_len: int)
     import yaml
 
     o = {"rollout.engine": "vllm", "rollout.vllm.process_mode": "in-process",
-         "rollout.vllm.max_model_len": max_model_len,
-         "rollout.vllm.kv_cache_gib": args.kv_cache_gib or (2.0 if args.device == "cuda" else 0.5),
-         "model.device": args.device,
+         "rollout.vllm.max_model_len": max_model_len, "model.device": args.device,
          "model.dtype": args.dtype or ("bfloat16" if args.device == "cuda" else "float32")}
+    if args.kv_cache_gib or args.device == "cpu":
+        o["rollout.vllm.kv_cache_gib"] = args.kv_cache_gib or 0.5
     if args.model:
         o["model.path"] = args.model
     if threads:

@@ -266,7 +266,7 @@ def vllm_check(device: str, out: Path, table: Table) -> None:
     record = out / "vllm-in-loop.json"
     cmd = [py, "benchmarks/bench_vllm_in_loop.py", "--profile", "default", "--model", MODEL,
            "--device", device, "--json", str(record)]
-    cmd += ["--steps", "6"] if device == "cuda" else \
+    cmd += ["--steps", "6", "--kv-cache-gib", "2"] if device == "cuda" else \
         ["--steps", "2", "--threads", "1", "--set", "rollout.prompts_per_step=8"]
     p = subprocess.run(cmd, cwd=REPO, env=run_env(), capture_output=True, text=True)
     if p.returncode != 0:
