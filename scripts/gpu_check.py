@@ -1,6 +1,6 @@
 """The first hour on GPUs, in one command: ``bash scripts/gpu_check.sh`` (this file is its body).
 
-    bash scripts/gpu_check.sh                       # every check on the visible GPUs, ~5-10 min
+    bash scripts/gpu_check.sh                       # every check on the visible GPUs (<= 10 min meant)
     bash scripts/gpu_check.sh --steps 20 --out runs/gpu-check
     bash scripts/gpu_check.sh --device cpu          # checks the script itself on a CPU box
 
@@ -295,6 +295,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--launch-steps", type=int, help="steps of each launch-layer run (default 10 on cuda, 2 on cpu)")
     ap.add_argument("--out", type=Path, default=Path("runs/gpu-check"))
     args = ap.parse_args(argv)
+    if any(n is not None and n < 1 for n in (args.steps, args.launch_steps)):
+        ap.error("--steps and --launch-steps must be >= 1")
     fail_without_cuda(args.device)
     steps = args.steps or (50 if args.device == "cuda" else 2)
     launch_steps = args.launch_steps or (10 if args.device == "cuda" else 2)
@@ -306,10 +308,15 @@ def main(argv: list[str] | None = None) -> int:
     t0 = time.perf_counter()
     table = Table()
     n_gpus = torch.cuda.device_count() if args.device == "cuda" else 0
-    launch_runs(args.device, launch_steps, out, table)
-    hf_trainer(args.device, steps, out, table)
-    bench_processes(args.device, n_gpus, out, table)
-    vllm_check(args.device, out, table)
+    checks = [("launch layer", launch_runs, (args.device, launch_steps, out, table)),
+              ("trainer, HF engine", hf_trainer, (args.device, steps, out, table)),
+              ("bench_processes", bench_processes, (args.device, n_gpus, out, table)),
+              ("vLLM engine in the loop vs standalone", vllm_check, (args.device, out, table))]
+    for name, check, check_args in checks:
+        try:
+            check(*check_args)
+        except Exception as err:  # noqa: BLE001 - one broken check is a row, the others still run
+            table.add(name, "FAILED", f"{type(err).__name__}: {err}")
     if args.device == "cuda":
         title = f"gpu_check: {n_gpus} x {torch.cuda.get_device_name(0)}, torch {torch.__version__}"
     else:
