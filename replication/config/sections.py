@@ -145,8 +145,9 @@ class EvalConfig:
     bootstrap: int = 0
     """Resamples for verl's bootstrapped ``best@k`` and ``maj@k`` (0 = not computed). VIP's
     Table 1 reports Mean@32, Maj@32 and "Pass@32", the last two verl's bootstrap estimates
-    (docs/papers/vip.md, "Evaluation"; verl draws 1,000 resamples of k samples with replacement,
-    seed 42): paper-vip sets 1000."""
+    (docs/papers/vip.md, "Training setup", its evaluation row; verl draws 1,000 resamples of k
+    samples with replacement, seed 42: docs/fidelity/rl.md, "Evaluation metrics"): paper-vip sets
+    1000."""
 
 
 @dataclasses.dataclass
