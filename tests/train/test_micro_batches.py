@@ -217,16 +217,23 @@ def test_the_memory_rule_counts_one_micro_batch(paper):
 # ------------------------------------------------------------------------- real multi-process runs
 @pytest.mark.slow
 @pytest.mark.parametrize("case,common,split", [
-    ("dynamo+modulation", (), ("--set", "rl.micro_batch_rows=1")),  # DDP: no_sync, unequal pass counts
-    ("rollout-gdro+prompt-gdro", ("--set", "rl.kl_coef=0.05"),  # FSDP: padded passes, sharded reference
-     ("--set", "rl.micro_batch_rows=2", "--set", "model.sharding=fsdp")),
-])
+    # DDP: no_sync but on the last pass, the ranks' pass counts unequal; DynaMO's extent pass
+    ("dynamo+modulation", (), ("--set", "rl.micro_batch_rows=1")),
+    # FSDP: only trainable rows are dealt, so the ranks' shares (and pass counts) differ: every
+    # rank runs the most passes, the extra ones zero-weight
+    ("vip", (), ("--set", "rl.micro_batch_rows=1", "--set", "model.sharding=fsdp")),
+    # FSDP with the sharded reference policy's pass per micro-batch
+    ("rollout-gdro+prompt-gdro", ("--set", "rl.kl_coef=0.05"),
+     ("--set", "rl.micro_batch_rows=1", "--set", "model.sharding=fsdp")),
+    # FSDP with DynaMO's extent pass and a short last micro-batch
+    ("dynamo+modulation", (), ("--set", "rl.micro_batch_rows=3", "--set", "model.sharding=fsdp")),
+], ids=["ddp-dynamo-1", "fsdp-vip-1", "fsdp-kl-1", "fsdp-dynamo-3"])
 def test_two_processes_with_micro_batches_equal_one_without(small_overrides, tmp_path, case, common, split):
     """2 gloo ranks splitting their shares into micro-batches give the 1-process run of the whole
     batch in one pass per mini-batch (tolerance: tests/dist_helpers.py)."""
     one, two = tmp_path / "one", tmp_path / "two"
     _run(1, _train_args(small_overrides, one, case, *common))
     _run(2, _train_args(small_overrides, two, case, *common, *split))
-    assert json.loads((two / "config.json").read_text())["rl"]["micro_batch_rows"] in (1, 2)
+    assert json.loads((two / "config.json").read_text())["rl"]["micro_batch_rows"] in (1, 3)
     assert len(_jsonl(two / "steps.jsonl")) == 3
     _same_run(one, two)
