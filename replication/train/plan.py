@@ -12,7 +12,8 @@ own rollout engine: colocated with TP 1 (the HF engine under FSDP samples from a
 Memory per GPU: the rule of ``replication/launch/memory.py`` (training state in ``model.dtype``,
 the engine's reserved share, a stated activation margin). A profile on CUDA that does not fit
 ``--gpu-memory-gib`` (default 80) is refused in one line (exit 2); the trainer's largest single
-pass, which no profile setting changes, is a warning (``warnings``, printed on stderr).
+pass (one micro-batch: ``rl.micro_batch_rows``, ``rl.log_prob_micro_batch_rows``) is a warning
+when its logits do not fit (``warnings``, printed on stderr, naming the setting that fits).
 """
 
 from __future__ import annotations
