@@ -20,19 +20,23 @@ from __future__ import annotations
 
 ANSWER_LINE_FORMS = [
     "Copy this line exactly:\nAnswer: {n}",
-    'Say "Answer: {n}".',
+    'Write "Answer: {n}" and stop.',
+    "Repeat after me: Answer: {n}",
     "Answer: {n}",
-    "What is ${n}+0$? (Hint: Answer: {n})",
 ]
-"""Easy forms for templates that ask for a last ``Answer: X`` line (DAPO's, VIP's 4-shot)."""
+"""Easy forms for templates that ask for a last ``Answer: X`` line (DAPO's, VIP's 4-shot), most
+often solved first: SmolLM2-135M-Instruct in its chat template around DAPO's prompt, temperature
+1.0, 32 new tokens solved them 4, 3, 2 and 1 times in 16 (scripts/measure_rehearsal_data.py;
+other forms tried solved 0 or 1 in 16)."""
 
 BOXED_FORMS = [
     'Say "\\boxed{{n}}".',
-    "Copy this exactly: \\boxed{{n}}",
-    "\\boxed{{n}}",
+    "Write \\boxed{{n}} and stop.",
     "What is ${n}+0$? (Hint: \\boxed{{n}})",
+    "Copy this exactly: \\boxed{{n}}",
 ]
-"""Easy forms for templates that ask for ``\\boxed{}`` (GDRO's, and the default evaluation prompt)."""
+"""Easy forms for templates that ask for ``\\boxed{}`` (GDRO's, and the default evaluation prompt),
+most often solved first: 4, 2, 2 and 1 in 16 under GDRO's template at temperature 0.6."""
 
 HARD = [
     ("Let $N$ be the number of ordered triples of positive integers $(a,b,c)$ with "

@@ -37,8 +37,9 @@ import pytest
 ROOT = Path(__file__).resolve().parents[2]
 pytestmark = pytest.mark.rehearsal
 
-LIMIT_S = 1200
-"""A paper's rehearsal past 20 minutes fails (the target is 10 on 2 idle cores)."""
+LIMIT_S = int(os.environ.get("REPLICATION_REHEARSAL_LIMIT_S", "1200"))
+"""A paper's rehearsal past 20 minutes fails (the target is 10 on 2 idle cores; the variable
+raises the limit on a machine shared with other work)."""
 
 ALLOCATING = {"vip": {"RLOO+VIP"}, "dynamo": {"DynaMO"}, "gdro": {"Rollout-GDRO"}}
 """The arms whose allocator is not uniform, per paper (at least one per rehearsal's run list)."""
