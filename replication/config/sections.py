@@ -154,7 +154,7 @@ class EvalConfig:
 class GradVarSection:
     """A paper notebook's gradient-variance section (issue 10, docs/gradient_variance.md): how much
     of the measurement a profile can afford. Not training: a run's key leaves it out
-    (``NOT_TRAINING``), so editing it never retrains a run."""
+    (``NOT_TRAINING_SECTIONS``), so editing it never retrains a run."""
 
     draws: int = 30
     """Rollout sets per allocator and checkpoint (issue 10: at least 30)."""
@@ -171,7 +171,7 @@ class GradVarSection:
     always measured); empty: every one."""
 
 
-NOT_TRAINING = ("gradvar",)
+NOT_TRAINING_SECTIONS = ("gradvar",)
 """TrainConfig sections the trainer never reads: left out of a run's key (run_cache, run_evidence)."""
 
 

@@ -36,7 +36,7 @@ from replication.launch import Backend, Job, LauncherConfig, RunShape, make_back
 from replication.launch.inflight import RunDetached, remove_record, write_record
 from replication.launch.local import LaunchStopped
 from replication.store import MANIFEST, DamagedArtifact, io_errors, staged_dir, write_atomic, writer_lock
-from replication.config.sections import NOT_TRAINING
+from replication.config.sections import NOT_TRAINING_SECTIONS
 from replication.store.run_evidence import EXPORT_KIND, check_key, claimed_key, read_json, verify_run
 from replication.store.run_key import DIGESTS, KEY_FILE, FileDigests, hub_revisions, input_digests, key_record, normalized_command
 from replication.train.checkpoint import CheckpointError, checkpoint_path, load_checkpoint
@@ -80,7 +80,7 @@ def _key_and_shape(profile: str, overrides: dict, seed: int, steps: int | None,
     cfg = load_profile(profile, {**overrides, "seed": seed})
     resolved = to_dict(cfg)
     resolved["profile"] = None  # the same settings under another profile name are the same run
-    for section in NOT_TRAINING:  # what the trainer never reads (the notebook's gradvar sizes)
+    for section in NOT_TRAINING_SECTIONS:  # what the trainer never reads (the notebook's gradvar sizes)
         resolved.pop(section, None)
     command = normalized_command(train_command(profile, overrides, seed, steps, Path("OUT"), resume=False))
     run = RunShape.of(cfg, shape)

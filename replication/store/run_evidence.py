@@ -179,9 +179,9 @@ def read_key_record(folder: Path) -> dict:
 
 def _without_profile(config: dict) -> dict:
     """The config as a key holds it: no profile name, no section the trainer never reads."""
-    from replication.config.sections import NOT_TRAINING
+    from replication.config.sections import NOT_TRAINING_SECTIONS
 
-    return {k: v for k, v in {**config, "profile": None}.items() if k not in NOT_TRAINING}
+    return {k: v for k, v in {**config, "profile": None}.items() if k not in NOT_TRAINING_SECTIONS}
 
 
 def check_key(folder: Path, expected: str | None = None) -> dict:

