@@ -13,7 +13,7 @@ is tests/rehearsal/test_rehearsal.py, on the HF engine.
 
 It fails unless the run finished on 2 ranks with the vLLM engine, some step's rewards were mixed
 (a group with both successes and failures), Rollout-GDRO spent each step's budget exactly within
-its bounds (its counts cannot differ in these 2 steps: see below), and both evaluations scored
+its bounds (equal counts where a step's prompts share one bin: see below), and both evaluations scored
 at least one problem of every set. Marker ``vllm`` (not ``rehearsal``: the default run deselects those, and this one
 belongs to the vLLM venv's run); it skips where vllm is not importable, which
 REPLICATION_REQUIRE_VLLM=1 (set by the script) turns into a failure.
@@ -48,6 +48,10 @@ def _records(run: Path) -> list[dict]:
         return [json.loads(line) for line in f if line.strip()]
 
 
+STEPS = 2
+"""Steps of this run (the profile's 3 serve Prompt-GDRO's weights; the vLLM run is Rollout-GDRO)."""
+
+
 @pytest.mark.vllm
 @pytest.mark.skipif(not HAVE_VLLM, reason=VLLM_SKIP)
 def test_gdro_rehearsal_run_through_vllm_grid_and_launcher(tmp_path, monkeypatch):
@@ -74,8 +78,8 @@ def test_gdro_rehearsal_run_through_vllm_grid_and_launcher(tmp_path, monkeypatch
                     f"prepare-model --profile {sec['profile']}` (scripts/vllm_cpu_env.sh test does)")
 
     t0 = time.perf_counter()
-    runs = run_grid(sec["profile"], arms, seeds[:1], tmp_path / "runs", workers=1, cache=tmp_path / "cache",
-                    shape=sec["shape"])
+    runs = run_grid(sec["profile"], arms, seeds[:1], tmp_path / "runs", steps=STEPS, workers=1,
+                    cache=tmp_path / "cache", shape=sec["shape"])
     seconds = time.perf_counter() - t0
     assert list(runs["arm"]) == [ARM], runs
     run = Path(runs["dir"][0])
@@ -86,7 +90,7 @@ def test_gdro_rehearsal_run_through_vllm_grid_and_launcher(tmp_path, monkeypatch
     prov = metrics["provenance"]
     assert prov["engine"] == "vllm" and prov["world_size"] == 2, prov
     assert prov["engine_class"] == "VLLMRolloutEngine" and prov["launch"]["backend"] == "local", prov
-    assert metrics["steps"] == config["steps"] == 2, metrics
+    assert metrics["steps"] == STEPS, metrics
 
     by_step = defaultdict(list)
     for rec in _records(run):
@@ -94,10 +98,10 @@ def test_gdro_rehearsal_run_through_vllm_grid_and_launcher(tmp_path, monkeypatch
     assert sorted(by_step) == [0, 1], sorted(by_step)
     mixed = [step for step, recs in by_step.items() if any(0 < r["successes"] < r["n"] for r in recs)]
     assert mixed, dict(by_step)  # some group had both successes and failures: a non-zero advantage
-    # Rollout-GDRO: each step spends the budget exactly, within [lower, upper]. Its counts cannot
-    # differ in this run: with 2 steps of 4 prompts from an 8-prompt pool every prompt is unseen
-    # when drawn, so all sit in the classifier's prior bin and one bin's exact-budget plan is
-    # n̄ each; unequal counts need a step that revisits prompts (a third step, a longer run).
+    # Rollout-GDRO: each step spends the budget exactly, within [lower, upper]. At step 0 every
+    # prompt is unseen, so all sit in the classifier's prior bin and one bin's exact-budget plan is
+    # n̄ each; step 1 revisits the same 4 prompts (the profile's pool is cut to them), whose bins
+    # step 0's outcomes set, and its counts may differ.
     ro = config["rollout"]
     counts = {step: [r["n"] for r in recs] for step, recs in sorted(by_step.items())}
     assert all(sum(c) == ro["prompts_per_step"] * ro["mean_rollouts"] for c in counts.values()), counts
