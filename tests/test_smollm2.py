@@ -213,3 +213,15 @@ def test_a_missing_smollm2_model_points_at_prepare_model_not_at_the_committed_ba
     assert f"model.path '{missing}' does not exist" in line
     assert "`python -m replication prepare-model --profile smollm2`" in line
     assert "--out" not in line and "results/base-model" not in line
+
+
+@needs_smollm2
+@pytest.mark.slow
+def test_a_cache_dir_linked_to_a_missing_folder_is_made(tmp_path):
+    """A clone that links its `.cache` to its checkout's cache before the checkout has one (a fresh
+    CI clone) converts into the link's target rather than failing on the dangling link."""
+    link = tmp_path / "link"
+    link.symlink_to(tmp_path / "target")
+    folder = ensure_smollm2(smollm2.SmolLM2Config(cache_dir=str(link)))
+    assert (tmp_path / "target" / smollm2.FOLDER_NAME / "model.safetensors").is_file()
+    assert folder == link / smollm2.FOLDER_NAME

@@ -125,7 +125,8 @@ def ensure_smollm2(config: SmolLM2Config | None = None, force: bool = False) -> 
 
     from replication.models.loading import save_policy
 
-    parent.mkdir(parents=True, exist_ok=True)
+    # a cache folder may be a link to a folder not yet made (a clone sharing its checkout's cache)
+    (parent.resolve() if parent.is_symlink() else parent).mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix=f".{FOLDER_NAME}-", dir=parent))
     try:
         tokenizer = AutoTokenizer.from_pretrained(src.parent, gguf_file=src.name)

@@ -145,6 +145,7 @@ def test_dvc_exp_run_at_rehearsal_scale_writes_its_own_place(tmp_path):
     from tests.stages.project import env, make_project, tree_digest
 
     proj = make_project(tmp_path)
+    (ROOT / ".cache").mkdir(exist_ok=True)  # a fresh clone (CI) has none yet: the base stage converts into it
     (proj / ".cache").symlink_to(ROOT / ".cache")  # the SmolLM2 conversion the base stage checks
     before = tree_digest(proj / "results")
     r = subprocess.run([sys.executable, "-m", "dvc", "exp", "run", "-S", "scale=rehearsal"], cwd=proj, env=env(),
