@@ -15,6 +15,11 @@ every number this repository reports is a mean over seeds with a 95 % t interval
   observed seed variance: MDE = (t_{1−α/2, df} + t_{power, df}) · SE, two-sided α = 0.05,
   power 0.8; paired: SE = sd(differences)/√n, df = n − 1 (Welch: SE = √(s_a²/n_a + s_b²/n_b),
   Welch–Satterthwaite df). The central-t approximation of the non-central t power equation.
+- ``tost``: two one-sided tests of equivalence within ±margin (Schuirmann 1987): p_TOST =
+  max(P(T ≥ (d − (−margin))/SE), P(T ≤ (d − margin)/SE)) on the comparison's own SE and df;
+  equivalence at level α ⇔ p_TOST < α ⇔ the (1 − 2α) t interval lies inside (−margin, margin).
+  A "no effect" reading rests on this (or on the interval itself), never on the MDE alone: an
+  MDE says what the seeds could have found, not what the data show (replication/report/reading.py).
 """
 
 from __future__ import annotations
@@ -181,6 +186,55 @@ def minimum_detectable_effect(se: float, df: float, alpha: float = 0.05, power: 
     if not (np.isfinite(se) and np.isfinite(df) and df >= 1):
         return math.nan
     return float((stats.t.ppf(1.0 - alpha / 2.0, df) + stats.t.ppf(power, df)) * se)
+
+
+@dataclasses.dataclass(frozen=True)
+class Equivalence:
+    """TOST of |true difference| < margin: the two one-sided p-values and their max."""
+
+    margin: float
+    p_lower: float
+    """H0: diff ≤ −margin."""
+    p_upper: float
+    """H0: diff ≥ +margin."""
+
+    @property
+    def p(self) -> float:
+        return max(self.p_lower, self.p_upper)
+
+    def equivalent(self, alpha: float = 0.05) -> bool:
+        return bool(np.isfinite(self.p) and self.p < alpha)
+
+
+def tost(cmp: Comparison, margin: float) -> Equivalence:
+    """Two one-sided t tests of equivalence within ±``margin`` (same units as ``cmp.diff``) on the
+    comparison's standard error and degrees of freedom (paired or Welch, as ``compare`` chose).
+
+    Equivalence at level α (p < α) ⇔ the two-sided (1 − 2α) t interval of the difference lies
+    inside (−margin, +margin). A point comparison (SE 0) is equivalent iff |diff| < margin. NaN
+    p-values when the comparison has no SE (fewer than two seeds on a side)."""
+    if not (margin > 0):
+        raise ValueError(f"tost: margin must be > 0, got {margin!r}")
+    se, df, d = float(cmp.se), float(cmp.df), float(cmp.diff)
+    if not np.isfinite(d) or not np.isfinite(se) or not (np.isfinite(df) and df >= 1):
+        return Equivalence(margin, math.nan, math.nan)
+    if se == 0.0:
+        return Equivalence(margin, 0.0 if d > -margin else 1.0, 0.0 if d < margin else 1.0)
+    p_lower = float(stats.t.sf((d + margin) / se, df))
+    p_upper = float(stats.t.cdf((d - margin) / se, df))
+    return Equivalence(margin, p_lower, p_upper)
+
+
+def holm_threshold(p: float, family: Iterable[float], alpha: float = 0.05) -> float:
+    """The level Holm's step-down compares ``p`` with in its ``family`` of p-values (``p`` among
+    them): α/(m − r + 1) with r the rank of ``p`` (1 = smallest; ties take the lower rank, i.e.
+    the stricter level). The strictest is α/m (r = 1). NaN entries do not count in m."""
+    fam = np.sort(_finite(family))
+    m = fam.size
+    if m == 0 or not np.isfinite(p):
+        return math.nan
+    r = int(np.searchsorted(fam, float(p), side="left")) + 1
+    return alpha / (m - min(r, m) + 1)
 
 
 def holm(pvalues: Iterable[float]) -> np.ndarray:

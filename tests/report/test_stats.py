@@ -97,3 +97,52 @@ def test_minimum_detectable_effect_formula():
     assert c.mde == pytest.approx((st.t.ppf(0.975, 2) + st.t.ppf(0.8, 2)) * se)
     assert np.isnan(minimum_detectable_effect(float("nan"), 2))
     assert "MDE" in describe(c) and "Holm p=0.2" in describe(c, p_holm=0.2)
+
+
+def test_tost_by_hand_and_the_interval_it_matches():
+    """TOST within ±margin: p = max of the two one-sided t tests; p < α exactly when the
+    (1 − 2α) interval lies inside (−margin, margin) (issue 37.4)."""
+    from scipy import stats as st
+
+    from replication.report.stats import tost
+
+    rng = np.random.default_rng(3)
+    a = rng.normal(0.50, 0.02, 10)
+    b = a - rng.normal(0.002, 0.005, 10)
+    cmp = compare(list(a), list(b))
+    eq = tost(cmp, 0.015)
+    d = a - b
+    se = d.std(ddof=1) / np.sqrt(10)
+    assert eq.p_lower == pytest.approx(st.t.sf((d.mean() + 0.015) / se, 9))
+    assert eq.p_upper == pytest.approx(st.t.cdf((d.mean() - 0.015) / se, 9))
+    assert eq.p == max(eq.p_lower, eq.p_upper)
+    for margin in (0.001, 0.004, 0.006, 0.01, 0.05):
+        ci90 = compare(list(a), list(b), level=0.90)
+        inside = -margin < ci90.lo and ci90.hi < margin
+        assert tost(cmp, margin).equivalent(0.05) == inside
+
+
+def test_tost_degenerate_cases():
+    from replication.report.stats import tost
+
+    one = compare([0.5], [0.4])
+    assert np.isnan(tost(one, 0.015).p) and not tost(one, 0.015).equivalent()
+    flat = compare([0.5, 0.6], [0.5, 0.6])  # every difference 0: a point at 0
+    assert tost(flat, 0.015).equivalent()
+    off = compare([0.6, 0.7], [0.5, 0.6])  # every difference 0.1, beyond the margin
+    assert not tost(off, 0.015).equivalent()
+    with pytest.raises(ValueError):
+        tost(flat, 0.0)
+
+
+def test_holm_threshold_is_the_level_of_the_rows_step():
+    from replication.report.stats import holm, holm_threshold
+
+    fam = [0.001, 0.02, 0.04, np.nan, 0.5]
+    assert holm_threshold(0.001, fam) == pytest.approx(0.05 / 4)
+    assert holm_threshold(0.02, fam) == pytest.approx(0.05 / 3)
+    assert holm_threshold(0.5, fam) == pytest.approx(0.05)
+    assert np.isnan(holm_threshold(np.nan, fam))
+    # the adjusted p crosses 0.05 exactly where the raw p crosses the row's threshold
+    adj = holm([0.001, 0.02, 0.04, 0.5])
+    assert [a < 0.05 for a in adj] == [p < holm_threshold(p, fam) for p in (0.001, 0.02, 0.04, 0.5)]
