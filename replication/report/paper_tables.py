@@ -266,6 +266,117 @@ def format_paper_vs_ours(df: pd.DataFrame) -> pd.DataFrame:
     return out
 
 
+
+COMPACT_COLUMNS = ("model (paper)", "paper row", "paper: baseline → method", "paper Δ (pts)", "our analogue",
+                   "our Δ (pts) [95 % CI]", "our test", "like for like?")
+"""The compact paper-vs-ours table (issue 37.6): at most 8 columns; the wide frame stays as CSV."""
+
+COMPACT_NOTE = ("Paper: its baseline → method on its own benchmark (points; relative change in brackets). "
+                "Ours: the same metric on our held-out tasks, method − baseline in points with a 95 % CI "
+                "over seeds (paired). Every row of ours is a small-scale analogue (tiny model, procedural "
+                "tasks): compare directions and relative sizes, never absolute accuracies. The wide table, "
+                "with every number and test, is paper_vs_ours.csv.")
+
+_SHORT_REASONS = (  # (pattern in the long reason, short wording), applied in turn
+    (r"needs k = (\d+); our evaluator uses k = (\d+)", r"needs k = \1, ours k = \2"),
+    (r"[^;]*bootstrapped best@(\d+)[^;]*", r"paper's best@\1 is bootstrapped, ours the unbiased pass@k"),
+    (r"our single measurement is set beside the \S*?(\d+(?:\.\d+)?B)\S* row only[^;]*",
+     r"our one measurement is set beside the \1 row only"),
+    (r"(?:and )?our one held-out average is already set beside (\S+)", r"ours already sits beside \1"),
+)
+
+def _minus(text: str) -> str:
+    return text.replace("-", "\u2212")
+
+
+def _signed(x: float, digits: int = 2) -> str:
+    return _minus(f"{x:+.{digits}f}") if np.isfinite(x) else "–"
+
+
+def _num(x) -> float:
+    try:
+        return float(x)
+    except (TypeError, ValueError):
+        return float("nan")
+
+
+def short_reason(analogue: str, limit: int = 90) -> str:
+    """The "no analogue: <reason>" text of ``paper_vs_ours`` shortened for the compact table:
+    reworded by ``_SHORT_REASONS`` where a pattern matches, then cut to ``limit`` characters."""
+    import re
+
+    text = str(analogue)
+    text = text.split(":", 1)[1].strip() if text.startswith("no analogue:") else text.strip()
+    for pat, short in _SHORT_REASONS:
+        text = re.sub(pat, short, text)
+    text = re.sub(r"\s+", " ", text).strip(" ;")
+    return text if len(text) <= limit else text[: limit - 1].rstrip() + "…"
+
+def _model_short(model: str) -> str:
+    """Qwen2.5-Math-1.5B → 1.5B: the size is what tells the paper's rows apart."""
+    import re
+
+    m = re.search(r"(\d+(?:\.\d+)?B)", str(model))
+    return m.group(1) if m else str(model)
+
+
+def _why_alike(paper_metric: str, our_metric: str) -> str:
+    """Why a paired row is like for like (the metric; the scale never is)."""
+    pm, om = str(paper_metric).lower().replace("p@", "pass@"), str(our_metric).lower()
+    pk, ok = pm.split("@")[-1], om.split("@")[-1]
+    if pm.split("@")[0] == om.split("@")[0] == "mean":
+        return "same metric (mean accuracy)" + ("" if pk == ok else f", which does not depend on k ({pk} vs {ok})")
+    return f"same metric ({om})" if pm == om else f"{pm} ↔ {om}"
+
+
+def compact_paper_vs_ours(df: pd.DataFrame) -> pd.DataFrame:
+    """``paper_vs_ours``'s wide frame (or its CSV read back) as at most 8 string columns
+    (``COMPACT_COLUMNS``), one row per paper row in the same order: the paper's benchmark,
+    metric, baseline → method and Δ beside our analogue, our Δ with its 95 % CI, the test behind
+    it (n, p, Holm p) and whether the row is like for like — "yes: <why>" for a paired row,
+    "no: <reason, shortened>" otherwise (no numbers of ours on those rows)."""
+    rows = []
+    for r in df.to_dict("records"):
+        paired = str(r.get("analogue", "")) == "paired"
+        b, m, rel = _num(r.get("paper_baseline")), _num(r.get("paper_method")), _num(r.get("paper_rel_pct"))
+        row = {
+            "model (paper)": _model_short(r["model"]),
+            "paper row": f"{r['benchmark']} {r['metric']}",
+            "paper: baseline → method": f"{r['baseline']} {b:.2f} → {r['method']} {m:.2f}",
+            "paper Δ (pts)": f"{_signed(_num(r.get('paper_abs')))} ({_signed(rel, 0)} %)",
+        }
+        if paired:
+            ob, om = _num(r.get("our_baseline")), _num(r.get("our_method"))
+            lo, hi = _num(r.get("our_abs_lo")), _num(r.get("our_abs_hi"))
+            p, ph, n = _num(r.get("p")), _num(r.get("p_holm")), _num(r.get("n"))
+            test = f"n={n:.0f}, p={p:.2g}" + (f", Holm p={ph:.2g}" if np.isfinite(ph) else " (raw; outside the Holm family)")
+            row.update({
+                "our analogue": f"{r['our_set']} {r['our_metric']}: {ob:.1f} → {om:.1f}",
+                "our Δ (pts) [95 % CI]": f"{_signed(_num(r.get('our_abs')))} [{_signed(lo)}, {_signed(hi)}]",
+                "our test": _minus(test).replace("e\u2212", "e-"),
+                "like for like?": "yes: " + _why_alike(r["metric"], r["our_metric"]),
+            })
+        else:
+            row.update({"our analogue": "–", "our Δ (pts) [95 % CI]": "–", "our test": "–",
+                        "like for like?": "no: " + short_reason(r.get("analogue", ""))})
+        rows.append(row)
+    return pd.DataFrame(rows, columns=list(COMPACT_COLUMNS))
+
+
+def write_paper_vs_ours(df: pd.DataFrame, folder: str | Path, name: str = "paper_vs_ours") -> list[Path]:
+    """<name>.csv: the wide frame as it is (every number and test); <name>.md: a one-paragraph
+    note (``COMPACT_NOTE``) and ``compact_paper_vs_ours`` (≤ 8 columns). Each file whole or
+    absent (store.write_atomic)."""
+    from replication.report.tables import to_markdown
+    from replication.store import write_atomic
+
+    out = Path(folder)
+    out.mkdir(parents=True, exist_ok=True)
+    csv, md = out / f"{name}.csv", out / f"{name}.md"
+    write_atomic(csv, df.to_csv(index=False))
+    write_atomic(md, COMPACT_NOTE + "\n\n" + to_markdown(compact_paper_vs_ours(df)) + "\n")
+    return [csv, md]
+
 def overhead_vs_paper(runs_df: pd.DataFrame, paper: str | None = None) -> pd.DataFrame:
     """Method overhead per arm — allocator plan + observe plus Prompt-GDRO's weights + observe
     (runs.list_runs ``overhead_share`` / ``overhead_per_step``; mean ± CI over seeds) — beside

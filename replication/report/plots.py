@@ -13,6 +13,7 @@ seaborn's bootstrap.
   allocation shape: most rollouts near p = 1/2).
 - ``bin_share_heatmap``: GDRO rollout share per difficulty bin over time.
 - ``weight_mass_heatmap``: Prompt-GDRO weight mass per bin over time.
+- ``paper_vs_ours_scatter``: the paper's Δ against ours ± CI, one point per comparable row.
 """
 
 from __future__ import annotations
@@ -196,3 +197,71 @@ def weight_mass_heatmap(steps_df: pd.DataFrame, path: str | Path, arms: Sequence
         wide = pd.DataFrame(a[col].tolist(), index=a["step"].to_numpy())
         mats[arm] = wide.groupby(level=0).mean().T
     return _heatmaps(mats, path, "Prompt-GDRO weight mass per bin", "weight mass")
+
+
+def _spread(ys: Sequence[float], lo: float, hi: float, gap: float) -> list[float]:
+    """Label heights near ``ys`` (in order), at least ``gap`` apart and within [lo, hi]."""
+    order = np.argsort(ys)
+    out = np.asarray(ys, dtype=float)[order].copy()
+    for i in range(1, len(out)):
+        out[i] = max(out[i], out[i - 1] + gap)
+    if len(out) and out[-1] > hi:  # pushed past the top: shift down, keeping the gaps
+        out -= out[-1] - hi
+    if len(out) and out[0] < lo:
+        out = lo + gap * np.arange(len(out))
+    res = np.empty_like(out)
+    res[order] = out
+    return list(res)
+
+
+def paper_vs_ours_scatter(pvo: pd.DataFrame, path: str | Path, title: str | None = None) -> Figure:
+    """The paper's baseline → method change (x, points) against ours (y, points, 95 % CI over
+    seeds as error bars), one point per row of ``paper_tables.paper_vs_ours`` (or its CSV read
+    back) that has an analogue of ours, labelled at the right margin (paper row ↔ ours); rows
+    without one are left to the table and counted in the footnote. Dashed x = 0 and y = 0: a
+    point right of 0 and above 0 agrees in direction with the paper; an error bar crossing y = 0
+    is a change of ours not told apart from none."""
+    paired = pvo[pvo["analogue"] == "paired"] if "analogue" in pvo else pvo.iloc[0:0]
+    methods = list(pd.unique(paired["method"])) if not paired.empty else []
+    colors = _palette(methods)
+    fig = Figure(figsize=(9.0, 4.6))
+    ax = fig.subplots()
+    xs, ys, points = [0.0], [0.0], []
+    for r in paired.itertuples():
+        x, y = float(r.paper_abs), float(r.our_abs)
+        lo, hi = float(r.our_abs_lo), float(r.our_abs_hi)
+        ax.errorbar([x], [y], yerr=[[y - lo], [hi - y]], fmt="o", capsize=4, color=colors[r.method],
+                    label=r.method)
+        points.append((x, y, f"{r.method}: {r.benchmark} {r.metric} ↔ ours {r.our_set} {r.our_metric}",
+                       colors[r.method]))
+        xs += [x]
+        ys += [lo, hi]
+    ax.axhline(0.0, color="0.35", lw=0.9, ls="--", zorder=0)
+    ax.axvline(0.0, color="0.35", lw=0.9, ls="--", zorder=0)
+    xspan = max(xs) - min(xs) or 1.0
+    ax.set_xlim(min(xs) - 0.15 * xspan, max(xs) + 0.15 * xspan)
+    yspan = max(ys) - min(ys) or 1.0
+    y0, y1 = min(ys) - 0.15 * yspan, max(ys) + 0.15 * yspan
+    ax.set_ylim(y0, y1)
+    heights = _spread([p[1] for p in points], y0, y1, 0.08 * (y1 - y0))
+    for (x, y, label, color), h in zip(points, heights):
+        ax.annotate(label, (x, y), xytext=(1.03, h), textcoords=("axes fraction", "data"), fontsize=7,
+                    color=color, va="center", annotation_clip=False,
+                    arrowprops={"arrowstyle": "-", "color": color, "lw": 0.6, "alpha": 0.6})
+    if methods:  # one legend entry per method
+        handles, labels = ax.get_legend_handles_labels()
+        seen = dict(zip(labels, handles))
+        ax.legend(seen.values(), seen.keys(), fontsize=8, loc="best")
+    else:
+        ax.text(0.5, 0.5, "no paper row has an analogue of ours", ha="center", va="center",
+                transform=ax.transAxes)
+    ax.set_xlabel("paper: method − baseline (points)")
+    ax.set_ylabel("ours: method − baseline (points, 95 % CI)")
+    ax.set_title(title or "the paper's change against ours (small-scale analogue)", fontsize=10)
+    ax.grid(alpha=0.3)
+    left_out = len(pvo) - len(paired)
+    if left_out:
+        fig.text(0.01, -0.02, f"{left_out} of {len(pvo)} paper rows have no analogue of ours "
+                 "(table only: paper_vs_ours.md says why)", fontsize=7, ha="left", va="top")
+    fig.subplots_adjust(left=0.09, right=0.6, bottom=0.13, top=0.92)  # the right margin holds the labels
+    return save(fig, path)
