@@ -88,7 +88,9 @@ display(view)
 # %%
 pvo = paper_tables.paper_vs_ours("dynamo", pr.ev, {"GRPO": "GRPO", "DynaMO": "DynaMO"})
 display(Markdown("**The paper's change beside ours** (small-scale analogue; ours in points with a 95 % CI)"))
-display(paper_tables.format_paper_vs_ours(pvo))
+display(paper_tables.compact_paper_vs_ours(pvo))
+show(plots.paper_vs_ours_scatter(pvo, pr.figures / "paper_vs_ours.png",
+                                 title="DynaMO: the paper's change against ours (small-scale analogue)"))
 
 # %% [markdown]
 # ## Training dynamics (gradient norm and entropy; the paper claims DynaMO smooths both)
@@ -153,7 +155,8 @@ issue10 = diagnostics.mechanism_report(pr, "GRPO", dynamo="DynaMO")
 # %%
 extra = {}
 tables.write_tables({"heldout_after": table, "heldout_before": before, "comparisons": cmp,
-                     "paper_vs_ours": pvo, "allocation_lab": lab_summary, **extra}, pr.tables)
+                     "allocation_lab": lab_summary, **extra}, pr.tables)
+paper_tables.write_paper_vs_ours(pvo, pr.tables)  # wide CSV, compact .md
 tables.write_summary_json(cmp, pr.out / "summary.json", profile=pr.profile, seeds=pr.seeds)
 text = conclusions.conclusions(comparisons=cmp, evals=pr.ev, runs=runs, lab=lab_summary, paper=pvo)
 (pr.out / "conclusions.md").write_text(text)

@@ -88,7 +88,9 @@ display(view)
 # %%
 pvo = paper_tables.paper_vs_ours("gdro", pr.ev, {"GRPO": "GRPO", "Prompt-GDRO": "Prompt-GDRO", "Rollout-GDRO": "Rollout-GDRO"})
 display(Markdown("**The paper's change beside ours** (small-scale analogue; ours in points with a 95 % CI)"))
-display(paper_tables.format_paper_vs_ours(pvo))
+display(paper_tables.compact_paper_vs_ours(pvo))
+show(plots.paper_vs_ours_scatter(pvo, pr.figures / "paper_vs_ours.png",
+                                 title="GDRO: the paper's change against ours (small-scale analogue)"))
 
 # %% [markdown]
 # ## Weighted-standard-error proxy against compute-matched uniform
@@ -232,7 +234,8 @@ extra = {"wse": wse_table, "overhead": overhead, "prompt_gdro_signal": signal_df
 if rollout_signal_df is not None:
     extra["rollout_gdro_signal"] = rollout_gdro_signal.summary(rollout_signal_df)
 tables.write_tables({"heldout_after": table, "heldout_before": before, "comparisons": cmp,
-                     "paper_vs_ours": pvo, "allocation_lab": lab_summary, **extra}, pr.tables)
+                     "allocation_lab": lab_summary, **extra}, pr.tables)
+paper_tables.write_paper_vs_ours(pvo, pr.tables)  # wide CSV, compact .md
 tables.write_summary_json(cmp, pr.out / "summary.json", profile=pr.profile, seeds=pr.seeds)
 text = conclusions.conclusions(comparisons=cmp, evals=pr.ev, runs=runs, lab=lab_summary, paper=pvo, wse=wse_table,
                                gdro_signal=signal_df, rollout_gdro_signal=rollout_signal_df)

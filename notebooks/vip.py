@@ -88,7 +88,9 @@ display(view)
 # %%
 pvo = paper_tables.paper_vs_ours("vip", pr.ev, {"RLOO": "RLOO", "RLOO+VIP": "RLOO+VIP"})
 display(Markdown("**The paper's change beside ours** (small-scale analogue; ours in points with a 95 % CI)"))
-display(paper_tables.format_paper_vs_ours(pvo))
+display(paper_tables.compact_paper_vs_ours(pvo))
+show(plots.paper_vs_ours_scatter(pvo, pr.figures / "paper_vs_ours.png",
+                                 title="VIP: the paper's change against ours (small-scale analogue)"))
 
 # %% [markdown]
 # ## Predictor study (paper Fig. 3): next-step success prediction from the logged records
@@ -190,7 +192,8 @@ issue10 = diagnostics.mechanism_report(pr, "RLOO", vip="RLOO+VIP", predictor_mae
 extra = {"predictor_study": pred_summary, "predictor_vs_reference": pred_paired,
          "predictor_study_by_seed": pred_by_seed, "overhead": overhead}
 tables.write_tables({"heldout_after": table, "heldout_before": before, "comparisons": cmp,
-                     "paper_vs_ours": pvo, "allocation_lab": lab_summary, **extra}, pr.tables)
+                     "allocation_lab": lab_summary, **extra}, pr.tables)
+paper_tables.write_paper_vs_ours(pvo, pr.tables)  # wide CSV, compact .md
 tables.write_summary_json(cmp, pr.out / "summary.json", profile=pr.profile, seeds=pr.seeds)
 text = conclusions.conclusions(comparisons=cmp, evals=pr.ev, runs=runs, lab=lab_summary, paper=pvo)
 (pr.out / "conclusions.md").write_text(text)
