@@ -271,7 +271,7 @@ COMPACT_COLUMNS = ("model (paper)", "paper row", "paper: baseline → method", "
                    "our Δ (pts) [95 % CI]", "our test", "like for like?")
 """The compact paper-vs-ours table (issue 37.6): at most 8 columns; the wide frame stays as CSV."""
 
-COMPACT_NOTE = ("Paper: its baseline → method on its own benchmark (points; relative change in brackets). "
+COMPACT_NOTE = ("Paper: its baseline → method on its own benchmark (points; relative change in parentheses). "
                 "Ours: the same metric on our held-out tasks, method − baseline in points with a 95 % CI "
                 "over seeds (paired). Every row of ours is a small-scale analogue (tiny model, procedural "
                 "tasks): compare directions and relative sizes, never absolute accuracies. The wide table, "
