@@ -1,11 +1,13 @@
 """Conclusion paragraphs written from the measured numbers — no hand-typed claims.
 
 Each function takes a frame produced elsewhere in replication.report and returns Markdown text;
-``conclusions`` joins the ones given. Wording rules: an effect is "better"/"worse" only when the
-paired test over seeds is significant at 5 % AFTER Holm's correction over the paper's family of
-comparisons (tables.add_holm); otherwise "no significant difference", with the interval and the
-minimum detectable effect printed so a reader sees how large an effect the seeds could have
-hidden. With one seed there is no test: "one seed, no CI".
+``conclusions`` joins the ones given. Wording rules (replication/report/reading.py, from
+replication/specs/reading.yaml, stated once at the top of the conclusions): a difference is
+"Holm-significant" when its Holm-adjusted p over the paper's family of comparisons is below 0.05,
+else "not significant (Holm)"; a not-significant difference is "equivalent" only when the TOST
+within the spec's margin says so, else "inconclusive" with its interval — never "no effect" from
+power alone. The MDE is given at the level Holm compared the row with and at the raw α. With one
+seed there is no test: "one seed, no test".
 """
 
 from __future__ import annotations
@@ -15,6 +17,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+from replication.report import reading
 from replication.report.gdro_signal import signal_conclusion
 from replication.report.paper_tables import LABEL, load_paper_table
 from replication.report.stats import MINUS
@@ -32,94 +35,123 @@ def _sig(r) -> bool:
     return bool(getattr(r, "significant_holm", getattr(r, "significant", False)))
 
 
+def _span(values) -> str:
+    v = np.asarray([x for x in values if np.isfinite(x)], dtype=float) * 100
+    if v.size == 0:
+        return "–"
+    lo, hi = _pct(v.min()), _pct(v.max())
+    return lo if lo == hi else f"{lo}–{hi}"  # not "1.1–1.1"
+
+
 def arm_conclusions(cmp_df: pd.DataFrame, set_name: str = "average") -> str:
-    """Which arms beat the baseline on ``set_name`` (tables.compare_to_baseline output)."""
+    """Each arm against its baseline on ``set_name`` (tables.compare_to_baseline output), both
+    metrics, read by the rules of reading.py: Holm-significant gains and losses, equivalence by
+    TOST, inconclusive otherwise; and the MDE the seeds reached at Holm's strictest level against
+    the design target."""
     if cmp_df.empty:
         return "No arm comparisons were available."
-    part = cmp_df[cmp_df["set"] == set_name]
+    rules = reading.load_rules()
+    ann = reading.annotate(cmp_df, rules)
+    part = ann[ann["set"] == set_name]
     if part.empty:
         return f"No comparisons on the {set_name!r} set."
     base = part["baseline"].iloc[0]
-    fam = ""
-    if "family_size" in part and int(part["family_size"].iloc[0]) > 0:  # no "over all 0 comparisons"
-        fam = (f" p-values are raw and Holm-adjusted over all {int(part['family_size'].iloc[0])} comparisons of "
-               "this paper; MDE = minimum detectable effect (paired two-sided t, α = 0.05, power 0.8, "
-               "(t₀.₉₇₅ + t₀.₈)·sd/√n over seeds).")
-    lines = [f"Against the baseline **{base}** on the {set_name} held-out set (paired over seeds, 95 % CI).{fam}"]
+    fam = int(reading._family(ann).sum())
+    head = (f"Against the baseline **{base}** on the {set_name} held-out set (paired over seeds, 95 % CI; raw p and "
+            f"Holm p over all {fam} comparisons of this paper; MDE = minimum detectable effect, paired two-sided t, "
+            f"power 0.8).") if fam else f"Against the baseline **{base}** on the {set_name} held-out set."
+    lines = [head]
     for r in part.itertuples():
-        lines.append(f"- {r.arm} (vs {r.baseline}), {r.metric}: {r.text}.")
-    if "n" in part and int(part["n"].max()) < 2:
+        lines.append(f"- {r.arm} (vs {r.baseline}), {r.metric}: {reading.phrase(r, rules)}.")
+    if int(part["n"].max()) < 2:
         lines.append("")
         lines.append("In short: one seed per arm, so no test and no CI; the differences above are single runs.")
         return "\n".join(lines)
-    better = sorted({r.arm for r in part.itertuples() if _sig(r) and r.diff > 0})
-    worse = sorted({r.arm for r in part.itertuples() if _sig(r) and r.diff < 0})
-    raw_only = sorted({r.arm for r in part.itertuples() if getattr(r, "significant", False) and not _sig(r)})
-    verdict = [f"significantly better on at least one metric after Holm: {', '.join(better)}" if better
-               else "no arm is significantly better than the baseline on any metric after Holm's correction"]
-    if worse:
-        verdict.append(f"significantly worse on at least one metric after Holm: {', '.join(worse)}")
+    by = {k: sorted({f"{r.arm} {r.metric}" for r in part.itertuples() if r.reading == k})
+          for k in ("gain", "loss", "equivalent", "inconclusive")}
+    verdict = [f"{rules['significant']} gains: {', '.join(by['gain'])}" if by["gain"]
+               else f"no arm has a {rules['significant']} gain on the {set_name} set"]
+    if by["loss"]:
+        verdict.append(f"{rules['significant']} losses: {', '.join(by['loss'])}")
+    if by["equivalent"]:
+        verdict.append(f"equivalent to the baseline within ±{100 * float(part['margin'].iloc[0]):.1f} pts (TOST): "
+                       f"{', '.join(by['equivalent'])}")
+    if by["inconclusive"]:
+        verdict.append(f"inconclusive (neither {rules['significant']} nor shown equivalent; read the interval): "
+                       f"{', '.join(by['inconclusive'])}")
+    raw_only = sorted({r.arm for r in part.itertuples() if r.p < rules["alpha"] and not r.holm_sig})
     if raw_only:
-        verdict.append(f"p < 0.05 before but not after the correction: {', '.join(raw_only)}")
-    if "mde" in part and np.isfinite(part["mde"]).any():
-        lo, hi = np.nanmin(part["mde"]) * 100, np.nanmax(part["mde"]) * 100
-        span = _pct(lo) if _pct(lo) == _pct(hi) else f"{_pct(lo)}–{_pct(hi)}"  # not "1.1–1.1"
-        verdict.append(f"the seeds could only detect true differences of about {span} pts")
+        verdict.append(f"p < {rules['alpha']:g} before but not after Holm's correction: {', '.join(raw_only)}")
     lines.append("")
     lines.append("In short: " + "; ".join(verdict) + ".")
+    design = float(rules["design_mde"])
+    primary = part[part["metric"].str.startswith("mean@")]
+    if not primary.empty and np.isfinite(primary["se"]).any():
+        strict = float(part["holm_alpha_min"].iloc[0])
+        mde_strict = [reading.minimum_detectable_effect(se, df, alpha=strict)
+                      for se, df in zip(primary["se"], primary["df"])]
+        met = all(np.isfinite(x) and x <= design for x in mde_strict)
+        lines.append(f"Design check: on {primary['metric'].iloc[0]} the seeds detect {_span(mde_strict)} pts at Holm's "
+                     f"strictest level α/m = {strict:.2g} ({_span(primary['mde_raw'])} pts at α = {rules['alpha']:g}); "
+                     f"the design target is {100 * design:.1f} pts — "
+                     + ("met." if met else "not met at Holm's level: the achieved MDE above is what these seeds can "
+                        "resolve."))
     return "\n".join(lines)
 
 
-def significant_after_holm(cmp_df: pd.DataFrame) -> str:
-    """Every comparison significant after Holm, on any held-out set and any metric (issue 20.4):
-    a conclusion that reads only the average must not hide a per-set effect its own table marks."""
-    if cmp_df.empty or "significant_holm" not in cmp_df:
+def significant_after_holm(cmp_df: pd.DataFrame, label: str = "this paper") -> str:
+    """Every Holm-significant comparison, on any held-out set and any metric, gains and losses (issue
+    20.4, 37.4): the one block (reading.significant_block) the README and results/summary.md render
+    over all papers, here over this paper's family."""
+    if cmp_df is None or cmp_df.empty or "p_holm" not in cmp_df:
         return ""
-    sig = cmp_df[cmp_df["significant_holm"].astype(bool)]
-    fam = int(cmp_df["family_size"].iloc[0]) if "family_size" in cmp_df else len(cmp_df)
-    if sig.empty:
-        return (f"No comparison is significant after Holm's correction, on any held-out set or metric "
-                f"(one family of {fam} tests).")
-    lines = [f"Significant after Holm's correction (one family of {fam} tests; any held-out set, any metric):"]
-    for r in sig.itertuples():
-        word = "better" if r.diff > 0 else "worse"
-        lines.append(f"- {r.arm} vs {r.baseline}, {r.set} {r.metric}: {word}, {r.text}.")
-    return "\n".join(lines)
+    return reading.significant_block({label: cmp_df}, source="tables/comparisons.csv")
 
 
 def upper_bound_conclusion(cmp_df: pd.DataFrame, method: str = "RLOO+VIP", oracle: str = "RLOO+VIP-oracle",
-                           set_name: str = "average", metric: str = "mean@8") -> str:
-    """Why a VIP null (issue 20's last question): read the method and its upper bound (the same
-    allocation on a probe's p) against the same baseline. By rule, on ``set_name`` ``metric``:
-    - the bound significantly better after Holm and the method not → prediction is what limits VIP;
-    - the bound within noise → allocation itself moves the metric by less than the bound's MDE here,
-      so better prediction cannot rescue VIP in this regime;
-    - the bound significantly worse → VIP's objective (gradient variance) is the wrong target here."""
+                           set_name: str = "average", metrics: tuple[str, ...] = ("mean@8", "pass@8"),
+                           probe_rollouts: int = 16) -> str:
+    """The arm told p̂ by a probe (``oracle``: VIP's allocation on p̂ from ``probe_rollouts`` rollouts
+    of the current policy per prompt, outside the budget and the gradient) beside ``method``, on
+    ``set_name`` for every metric in ``metrics``. p̂ is an estimate with standard error up to
+    √(0.25/probe_rollouts) (0.125 at 16), and a prompt whose p̂ is 0 or 1 gets the lower bound L: it is
+    not an upper bound on what allocation can do, and its null bounds nothing. Read by the rules of
+    reading.py: Holm-significant, equivalent by TOST, or inconclusive with its interval."""
     if cmp_df is None or cmp_df.empty:
         return ""
-    part = cmp_df[(cmp_df["set"] == set_name) & (cmp_df["metric"] == metric)].set_index("arm")
-    if method not in part.index or oracle not in part.index:
+    rules = reading.load_rules()
+    ann = reading.annotate(cmp_df, rules)
+    part = ann[ann["set"] == set_name]
+    if method not in set(part["arm"]) or oracle not in set(part["arm"]):
         return ""
-    m, o = part.loc[method], part.loc[oracle]
-    mde = 100 * float(o["mde"]) if "mde" in o and np.isfinite(o["mde"]) else float("nan")
-    head = (f"The upper bound ({oracle}: VIP's allocation on p estimated by a probe of the current policy, "
-            f"outside the budget): {set_name} {metric} {o['text']}; {method}: {m['text']}.")
-    if _sig(o) and o["diff"] > 0:
-        if _sig(m) and m["diff"] > 0:
-            why = ("Both beat the baseline after Holm: the allocation pays here, and the GP's predictions "
-                   "recover part of it.")
-        else:
-            why = ("With the true p the allocation beats the baseline after Holm, while with the GP's predictions "
-                   "it does not: prediction, not the allocation rule, is what limits VIP here.")
-    elif _sig(o) and o["diff"] < 0:
-        why = ("Even with the true p the allocation is significantly worse than uniform: minimising the "
-               "gradient variance is the wrong target for held-out accuracy in this regime.")
+    se_max = (0.25 / probe_rollouts) ** 0.5
+    lines = [f"{oracle} is VIP's allocation told p̂ by a {probe_rollouts}-sample probe of the current policy per "
+             f"prompt (outside the budget and the gradient): an estimate of p with standard error up to "
+             f"{se_max:.3f}, and a prompt whose p̂ is 0 or 1 gets the lower bound L. It is a noisy-p control, "
+             f"not an upper bound: whatever it shows bounds no other arm. On the {set_name} held-out set:"]
+    for metric in metrics:
+        for arm in (oracle, method):
+            rows = part[(part["arm"] == arm) & (part["metric"] == metric)]
+            for r in rows.itertuples():
+                lines.append(f"- {arm} vs {r.baseline}, {metric}: {reading.phrase(r, rules)}.")
+    o = part[part["arm"] == oracle]
+    reads = dict(zip(o["metric"], o["reading"]))
+    if any(v == "gain" for v in reads.values()):
+        why = (f"Told p̂, the allocation has a {rules['significant']} gain: allocation has room here.")
+    elif any(v == "loss" for v in reads.values()):
+        why = (f"Told p̂, the allocation has a {rules['significant']} loss on "
+               + ", ".join(m for m, v in reads.items() if v == "loss")
+               + ": with this probe, VIP's variance objective does not serve held-out accuracy here.")
     else:
-        why = (f"Even told p, the allocation does not move {metric} beyond noise. An effect of the allocation "
-               f"itself as large as the MDE ({_pct(mde)} pts) would have been detected with power 0.8, and none "
-               f"was: in this regime allocation moves the result by less than about {_pct(mde)} pts, so better "
-               f"prediction is not what {method} lacks here.")
-    return head + "\n\n" + why
+        eq = [m for m, v in reads.items() if v == "equivalent"]
+        inc = [m for m, v in reads.items() if v == "inconclusive"]
+        why = "Told p̂, the allocation shows no Holm-significant change"
+        if eq:
+            why += f"; it is equivalent to the baseline on {', '.join(eq)} (TOST)"
+        if inc:
+            why += f"; on {', '.join(inc)} the data are inconclusive (the interval above is all they show)"
+        why += ". A true-p control is what could say whether allocation has room at this scale."
+    return "\n".join(lines) + "\n\n" + why
 
 
 def baseline_moves(eval_df: pd.DataFrame, baselines: list[str], sets: tuple[str, ...] = ("average",)) -> str:
@@ -144,25 +176,36 @@ def baseline_moves(eval_df: pd.DataFrame, baselines: list[str], sets: tuple[str,
                     moved.append(txt + " (falls)")
                 else:
                     flat.append(f"{base} {set_name} {metric}")
-    lines = ["What RL training does to the baselines (held-out after − before, paired over seeds, 95 % CI):"]
+    lines = ["What RL training does to each arm (held-out after − before, paired over seeds, 95 % CI):"]
     lines += [f"- {m}." for m in moved] or ["- no metric moves: every interval includes 0."]
     if flat:
-        lines.append(f"Within noise: {', '.join(flat)}.")
+        lines.append(f"Interval includes 0 (no change shown): {', '.join(flat)}.")
     return "\n".join(lines)
 
 
 def overhead_conclusion(runs_df: pd.DataFrame) -> str:
-    """Method time (allocator plan + observe, plus Prompt-GDRO's weights + observe) as a share
-    of wall time and per step (runs.list_runs), beside VIP's share and GDRO's per-step figures."""
+    """Method time (allocator plan + observe, Prompt-GDRO's weights + observe, and the probe of an
+    arm told p̂ by one) as a share of wall time and per step (runs.list_runs), beside VIP's share and
+    GDRO's per-step figures; an arm's probe is also given on its own, with its rollouts."""
     col = "overhead_share" if "overhead_share" in runs_df else "allocator_share"
     g = runs_df.groupby("arm", sort=False)[col].mean().mul(100).sort_values(ascending=False)
     g = g[np.isfinite(g)]
     if g.empty:
         return "No allocator timings were logged."
-    parts = [f"{arm} {_pct(v, 2)} %" for arm, v in g.items()]
+    probe = (runs_df.groupby("arm", sort=False)[["probe_share", "probe_rollouts", "rollouts_total"]].mean()
+             if {"probe_share", "probe_rollouts", "rollouts_total"} <= set(runs_df) else pd.DataFrame())
+    parts = []
+    for arm, v in g.items():
+        txt = f"{arm} {_pct(v, 2)} %"
+        if arm in probe.index and probe.at[arm, "probe_rollouts"] > 0:
+            pr = probe.loc[arm]
+            txt += (f" (of which its probe {_pct(100 * pr['probe_share'], 2)} %, "
+                    f"{pr['probe_rollouts'] / max(pr['rollouts_total'], 1):.1f} probe rollouts per budgeted rollout, "
+                    f"outside the budget)")
+        parts.append(txt)
     vip = load_paper_table("vip_overhead")
     paper = " / ".join(f"{_pct(v, 2)} %" for v in vip["share_pct"])
-    text = (f"Method time (allocator plan + observe, plus Prompt-GDRO's weights + observe) as a share of "
+    text = (f"Method time (allocator plan + observe, Prompt-GDRO's weights + observe, and any probe) as a share of "
             f"training wall time (mean over seeds): {', '.join(parts)}. The largest is {g.index[0]} at "
             f"{_pct(g.iloc[0], 2)} %; VIP reports {paper} of its model-specific time for 1.5B / 7B (secondary).")
     if "overhead_per_step" in runs_df:
@@ -313,6 +356,16 @@ def _predictor_from_tables(comparisons: pd.DataFrame | None, name: str = "predic
     return pd.read_csv(path) if path.is_file() else None
 
 
+def _probe_rollouts(runs: pd.DataFrame | None, arm: str, default: int = 16) -> int:
+    """The probe size an arm told p̂ by a probe trained with (its runs' config.json)."""
+    if runs is None or "dir" not in runs or arm not in set(runs["arm"]):
+        return default
+    from replication.report.runs import load_config
+
+    opts = (load_config(runs.loc[runs["arm"] == arm, "dir"].iloc[0]).get("allocator") or {}).get("options") or {}
+    return int(opts.get("probe_rollouts", default))
+
+
 def conclusions(*, comparisons: pd.DataFrame | None = None, runs: pd.DataFrame | None = None,
                 lab: pd.DataFrame | None = None, paper: pd.DataFrame | None = None,
                 wse: pd.DataFrame | None = None, predictor: pd.DataFrame | None = None,
@@ -321,19 +374,25 @@ def conclusions(*, comparisons: pd.DataFrame | None = None, runs: pd.DataFrame |
                 set_name: str = "average", evals: pd.DataFrame | None = None) -> str:
     """All available paragraphs, Markdown, in a fixed order. For VIP the predictor study is
     included (``predictor``, or read from the paper's tables folder when not given). With ``evals``
-    (the held-out frame) the baselines' own before → after moves are listed (issue 20.4)."""
+    (the held-out frame) every arm's own before → after moves are listed (issue 20.4). The reading
+    rules (reading.definition) open the text; every Holm-significant row of the paper follows the
+    headline comparisons (reading.significant_block)."""
     if predictor is None:
         predictor = _predictor_from_tables(comparisons)
     if predictor_paired is None:
         predictor_paired = _predictor_from_tables(comparisons, "predictor_vs_reference")
     out = []
     if comparisons is not None:
+        out.append(reading.definition())
         out.append(arm_conclusions(comparisons, set_name))
         if not comparisons.empty:
-            out.append(significant_after_holm(comparisons))
-            out.append(upper_bound_conclusion(comparisons))
+            from replication.report.summary import PAPERS as LABELS
+
+            label = LABELS.get(str(comparisons.attrs.get("paper", "")), "this paper")
+            out.append(significant_after_holm(comparisons, label))
+            out.append(upper_bound_conclusion(comparisons, probe_rollouts=_probe_rollouts(runs, "RLOO+VIP-oracle")))
             if evals is not None:
-                out.append(baseline_moves(evals, list(comparisons["baseline"])))
+                out.append(baseline_moves(evals, list(dict.fromkeys([*comparisons["baseline"], *comparisons["arm"]]))))
     if paper is not None:
         out.append(paper_conclusion(paper))
     if wse is not None:

@@ -78,9 +78,12 @@ def list_runs(source: str | Path | pd.DataFrame) -> pd.DataFrame:
     """One row per run: arm, seed, dir, allocator, estimator, modulation, prompt_weights, steps,
     budget_per_step, rollouts_total, wall_seconds, allocator_seconds and prompt_weights_seconds
     (Prompt-GDRO's weights + observe; both summed over steps), allocator_share =
-    allocator_seconds / wall_seconds (VIP's overhead measure, vip.md), overhead_seconds = both
-    together, overhead_share = overhead_seconds / wall_seconds and overhead_per_step (seconds; the
-    GDRO paper's per-step figure)."""
+    allocator_seconds / wall_seconds (VIP's overhead measure, vip.md), probe_seconds and
+    probe_rollouts (the rollouts an arm told p by a probe spends outside its budget, e.g.
+    RLOO+VIP-oracle's 16 per prompt; 0 for every other arm), overhead_seconds = all three together
+    (a probe is part of what that arm's method costs: issue 37.5), overhead_share =
+    overhead_seconds / wall_seconds, probe_share = probe_seconds / wall_seconds and
+    overhead_per_step (seconds; the GDRO paper's per-step figure)."""
     rows = []
     for arm, seed, d in _run_dirs(source):
         m = _read_json(d / "metrics.json")
@@ -88,6 +91,9 @@ def list_runs(source: str | Path | pd.DataFrame) -> pd.DataFrame:
         n_steps = len(steps)
         alloc_s = float(sum(r.get("allocator_seconds", 0.0) for r in steps))
         pw_s = float(sum(r.get("prompt_weights_seconds", 0.0) for r in steps))
+        probe_s = float(sum(r.get("probe_seconds", 0.0) or 0.0 for r in steps))
+        probe_n = int(sum(r.get("probe_rollouts", 0) or 0 for r in steps))
+        over = alloc_s + pw_s + probe_s
         wall = float(m.get("wall_seconds", np.nan))
         rows.append({
             "arm": arm, "seed": seed, "dir": str(d),
@@ -97,9 +103,12 @@ def list_runs(source: str | Path | pd.DataFrame) -> pd.DataFrame:
             "allocator_seconds": alloc_s,
             "allocator_share": alloc_s / wall if wall > 0 else np.nan,
             "prompt_weights_seconds": pw_s,
-            "overhead_seconds": alloc_s + pw_s,
-            "overhead_share": (alloc_s + pw_s) / wall if wall > 0 else np.nan,
-            "overhead_per_step": (alloc_s + pw_s) / n_steps if n_steps else np.nan,
+            "probe_seconds": probe_s,
+            "probe_rollouts": probe_n,
+            "probe_share": probe_s / wall if wall > 0 else np.nan,
+            "overhead_seconds": over,
+            "overhead_share": over / wall if wall > 0 else np.nan,
+            "overhead_per_step": over / n_steps if n_steps else np.nan,
         })
     return pd.DataFrame(rows)
 

@@ -22,19 +22,21 @@ def test_arm_conclusions_name_significant_winners(results_dir):
     # Family: 2 arms × 2 metrics on the average set; vip's +10 pts survives Holm there.
     cmp = compare_to_baseline(load_eval(results_dir), "uniform", sets=["average"])
     text = arm_conclusions(cmp)
-    assert "**uniform**" in text and "Holm-adjusted over all 4 comparisons" in text
-    assert "significantly better on at least one metric after Holm: vip" in text
+    assert "**uniform**" in text and "Holm p over all 4 comparisons" in text
+    assert "Holm-significant gains: vip mean@4" in text
     vip_line = next(line for line in text.splitlines() if line.startswith("- vip (vs uniform), mean@4"))
-    assert "significant" in vip_line and "Holm p" in vip_line and "MDE" in vip_line
+    assert "Holm-significant gain" in vip_line and "Holm p" in vip_line and "MDE" in vip_line
+    assert "at Holm's α=" in vip_line  # the MDE at the level the decision used, beside the raw one
     # Over every set the family has 16 tests: the same effect no longer clears Holm's bar.
     wide = arm_conclusions(compare_to_baseline(load_eval(results_dir), "uniform"))
-    assert "p < 0.05 before but not after the correction: vip" in wide
+    assert "p < 0.05 before but not after Holm's correction: vip" in wide
 
 
 def test_no_winner_sentence():
     cmp = pd.DataFrame([{"arm": "x", "baseline": "b", "set": "average", "metric": "mean@4", "diff": 0.01,
-                         "significant": False, "text": "+1.0 pts [−2.0, 4.0], not significant (p=0.4, n=3)"}])
-    assert "no arm is significantly better" in arm_conclusions(cmp)
+                         "lo": -0.02, "hi": 0.04, "p": 0.4, "p_holm": 0.4, "n": 3, "se": 0.007, "df": 2,
+                         "significant": False}])
+    assert "no arm has a Holm-significant gain" in arm_conclusions(cmp)
 
 
 def test_overhead_lab_paper_wse_paragraphs(results_dir):
@@ -131,19 +133,19 @@ def test_every_significant_comparison_is_listed_whatever_its_set():
     from replication.report.conclusions import significant_after_holm
 
     cmp = pd.DataFrame([
-        {"arm": "P", "baseline": "G", "set": "average", "metric": "mean@8", "diff": 0.003,
-         "significant_holm": False, "family_size": 3, "text": "+0.3 pts"},
-        {"arm": "P", "baseline": "G", "set": "add1t3-heldout", "metric": "pass@8", "diff": 0.016,
-         "significant_holm": True, "family_size": 3, "text": "+1.6 pts [+0.9, +2.4], Holm p 0.032"},
-        {"arm": "R", "baseline": "G", "set": "add2-heldout", "metric": "mean@8", "diff": -0.02,
-         "significant_holm": True, "family_size": 3, "text": "-2.0 pts"},
+        {"arm": "P", "baseline": "G", "set": "average", "metric": "mean@8", "diff": 0.003, "lo": -0.002,
+         "hi": 0.008, "p": 0.3, "p_holm": 0.3, "n": 8, "significant_holm": False, "family_size": 3},
+        {"arm": "P", "baseline": "G", "set": "add1t3-heldout", "metric": "pass@8", "diff": 0.016, "lo": 0.009,
+         "hi": 0.024, "p": 0.011, "p_holm": 0.032, "n": 8, "significant_holm": True, "family_size": 3},
+        {"arm": "R", "baseline": "G", "set": "add2-heldout", "metric": "mean@8", "diff": -0.02, "lo": -0.03,
+         "hi": -0.01, "p": 0.001, "p_holm": 0.003, "n": 8, "significant_holm": True, "family_size": 3},
     ])
-    text = significant_after_holm(cmp)
+    text = significant_after_holm(cmp, "GDRO")
     assert "one family of 3 tests" in text
-    assert "- P vs G, add1t3-heldout pass@8: better, +1.6 pts" in text
-    assert "- R vs G, add2-heldout mean@8: worse" in text and "average mean@8" not in text
-    none = significant_after_holm(cmp.assign(significant_holm=False))
-    assert none.startswith("No comparison is significant after Holm")
+    assert "- GDRO: P vs G, add1t3-heldout pass@8: gain, +1.6 pts [+0.9, +2.4], Holm p 0.032" in text
+    assert "- GDRO: R vs G, add2-heldout mean@8: loss, \u22122.0 pts" in text and "average mean@8" not in text
+    none = significant_after_holm(cmp.assign(significant_holm=False, p_holm=1.0), "GDRO")
+    assert "- GDRO: none of its 3 tests is Holm-significant." in none
 
 
 def test_baseline_moves_list_falling_pass_at_k_beside_rising_mean():
@@ -160,40 +162,48 @@ def test_baseline_moves_list_falling_pass_at_k_beside_rising_mean():
     text = baseline_moves(pd.DataFrame(rows), ["G", "G"])
     assert "G, average mean@8: +5.4 pts" in text and "(rises)" in text
     assert "G, average pass@8: \u22122.2 pts" in text and "(falls)" in text
-    assert "Within noise: G average pass@1." in text
+    assert "Interval includes 0 (no change shown): G average pass@1." in text
 
 
 def test_no_degenerate_ranges_or_empty_families():
     """Issue 20: "about 1.1–1.1 pts" and "over all 0 comparisons" were printed."""
-    cmp = pd.DataFrame([{"arm": "x", "baseline": "b", "set": "average", "metric": m, "diff": 0.01, "n": 5,
-                         "mde": 0.011, "significant": False, "significant_holm": False, "family_size": 0,
-                         "text": "+1.0 pts"} for m in ("mean@8", "pass@8")])
+    cmp = pd.DataFrame([{"arm": a, "baseline": "b", "set": "average", "metric": m, "diff": 0.01, "n": 5,
+                         "lo": -0.01, "hi": 0.03, "p": 0.3, "p_holm": 1.0, "se": 0.0035, "df": 4,
+                         "significant": False, "significant_holm": False, "family_size": 0}
+                        for a in ("x", "y") for m in ("mean@8", "pass@8")])
     text = arm_conclusions(cmp)
-    assert "about 1.1 pts" in text and "1.1\u20131.1" not in text and "over all 0" not in text
+    assert "Design check: on mean@8 the seeds detect 1.8 pts at Holm's strictest level" in text
+    assert "1.8\u20131.8" not in text and "over all 0" not in text and "not met" in text
 
 
-def _bound_rows(vip_diff, vip_sig, oracle_diff, oracle_sig):
+def _bound_rows(vip_diff, vip_sig, oracle_diff, oracle_sig, se=0.003):
     rows = []
     for arm, d, sig in (("RLOO+VIP", vip_diff, vip_sig), ("RLOO+VIP-oracle", oracle_diff, oracle_sig)):
-        rows.append({"arm": arm, "baseline": "RLOO", "set": "average", "metric": "mean@8", "diff": d,
-                     "significant": sig, "significant_holm": sig, "mde": 0.007, "text": f"{100 * d:+.1f} pts"})
+        for metric in ("mean@8", "pass@8"):
+            p = 0.001 if sig else 0.6
+            rows.append({"arm": arm, "baseline": "RLOO", "set": "average", "metric": metric, "diff": d,
+                         "lo": d - 2.26 * se, "hi": d + 2.26 * se, "p": p, "p_holm": min(4 * p, 1.0), "n": 10,
+                         "se": se, "df": 9, "significant": sig, "significant_holm": sig})
     return pd.DataFrame(rows)
 
 
-@pytest.mark.parametrize("vip,oracle,expect", [
-    ((0.0, False), (0.02, True), "prediction, not the allocation rule, is what limits VIP"),
-    ((0.0, False), (0.001, False), "allocation moves the result by less than about 0.7 pts"),
-    ((0.0, False), (-0.02, True), "the wrong target"),
-    ((0.01, True), (0.02, True), "recover part of it"),
+@pytest.mark.parametrize("vip,oracle,se,expect", [
+    ((0.0, False), (0.02, True), 0.003, "Told p̂, the allocation has a Holm-significant gain"),
+    ((0.0, False), (0.001, False), 0.003, "it is equivalent to the baseline on mean@8, pass@8 (TOST)"),
+    ((0.0, False), (0.001, False), 0.02, "on mean@8, pass@8 the data are inconclusive"),
+    ((0.0, False), (-0.02, True), 0.003, "Holm-significant loss on mean@8, pass@8"),
 ])
-def test_upper_bound_reading_by_rule(vip, oracle, expect):
-    """issue 20: the upper-bound arm separates 'prediction is not good enough' from 'allocation
-    cannot matter here'; the reading follows a fixed rule on the two comparisons."""
+def test_noisy_p_arm_reading_by_rule(vip, oracle, se, expect):
+    """issue 37.4/37.5: the 16-sample arm is told p̂, not p, so it is no upper bound; a null of it
+    is read by TOST or its interval, never by its MDE."""
     from replication.report.conclusions import upper_bound_conclusion
 
-    text = upper_bound_conclusion(_bound_rows(*vip, *oracle))
+    text = upper_bound_conclusion(_bound_rows(*vip, *oracle, se=se))
     assert expect in text and "RLOO+VIP-oracle" in text
-    assert upper_bound_conclusion(_bound_rows(*vip, *oracle).iloc[:1]) == ""  # no bound arm ran: nothing said
+    assert "not an upper bound" in text and "standard error up to 0.125" in text
+    assert "upper bound L" not in text and "less than about" not in text
+    rows = _bound_rows(*vip, *oracle, se=se)
+    assert upper_bound_conclusion(rows[rows["arm"] == "RLOO+VIP"]) == ""  # no probe arm ran: nothing said
 
 
 def test_paper_row_outside_the_holm_family_is_read_on_its_raw_p():
