@@ -25,7 +25,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from replication.report import prose_gdro, prose_regime, prose_reproducibility  # noqa: F401  (register their blocks)
+from replication.report import prose_gdro, prose_reading, prose_regime, prose_reproducibility  # noqa: F401  (register their blocks)
 from replication.report.prose_registry import GENERATORS, PAPERS, _p, _pts, _summary, block, paper_folder, paper_table  # noqa: F401
 from replication.report.stats import MINUS
 from replication.store import write_atomic
@@ -35,19 +35,21 @@ PROSE_FILES = ("README.md", "docs/gradient_variance.md", "docs/regime.md", "docs
 BLOCK = re.compile(r"(<!-- gen:(?P<name>[\w.-]+) -->\n)(?P<body>.*?)(<!-- /gen:(?P=name) -->)", re.S)
 @block("headline")
 def headline(root: Path) -> str:
-    """Each method against its paper's baseline on average held-out mean@8 (summary.json)."""
+    """Each method against its paper's baseline on the average held-out set, mean@8 and pass@8
+    (tables/comparisons.csv), read by the rules of reading.py (Holm-significant, equivalent by
+    TOST, or inconclusive; the MDE at Holm's level and at the raw α)."""
+    from replication.report import reading
+
     lines = []
     for paper, label in PAPERS.items():
-        s = _summary(root, paper)
-        n_seeds = len(s.get("seeds", []))
-        for c in s["comparisons"]:
-            if c["metric"] != "average mean@8":
-                continue
-            sig = "significant after Holm" if c.get("significant_holm") else "not significant after Holm"
-            lines.append(f"- {label}: {c['arm']} vs {c['baseline']} {_pts(c['diff'])} pts "
-                         f"[{_pts(c['ci_low'])}, {_pts(c['ci_high'])}] held-out mean@8, MDE "
-                         f"{100 * c['mde']:.1f} pts, p {_p(c['p_value'])} (Holm p {_p(c['p_holm'])}), "
-                         f"{sig}; {c['n']} {c['test']} seeds of {n_seeds}.")
+        ann = reading.annotate(pd.read_csv(paper_table(root, paper, "comparisons.csv")))
+        n_seeds = len(_summary(root, paper).get("seeds", []))
+        part = ann[(ann["set"] == "average") & ann["metric"].isin(["mean@8", "pass@8"])]
+        for arm, rows in part.groupby("arm", sort=False):
+            texts = [f"held-out {r.metric} {reading.phrase(r)}" for r in rows.itertuples()]
+            r0 = rows.iloc[0]
+            lines.append(f"- {label}: {arm} vs {r0['baseline']} " + "; ".join(texts)
+                         + f"; {int(r0['n'])} {r0['test']} seeds of {n_seeds}.")
     return "\n".join(lines)
 
 
@@ -68,7 +70,7 @@ def baseline_gains(root: Path) -> str:
             parts = []
             for metric in ("mean@8", "pass@8"):
                 g = heldout_gain(ev, base, metric, "average")
-                moves = "rises" if g.lo > 0 else "falls" if g.hi < 0 else "within noise"
+                moves = "rises" if g.lo > 0 else "falls" if g.hi < 0 else "interval includes 0"
                 parts.append(f"{metric} {_pts(g.diff)} pts [{_pts(g.lo)}, {_pts(g.hi)}] ({moves})")
             lines.append(f"- {label} baseline {base} ({len(seeds)} seeds): " + "; ".join(parts) + ".")
     return "\n".join(lines)
@@ -121,12 +123,12 @@ def predictor(root: Path) -> str:
 
 @block("vip-upper-bound")
 def vip_upper_bound(root: Path) -> str:
-    """Why VIP's null: its allocation told p by a probe (the upper-bound arm) against the same
-    baseline, read by the fixed rule of conclusions.upper_bound_conclusion."""
+    """VIP's allocation told p̂ by a 16-sample probe (RLOO+VIP-oracle: a noisy-p arm, not an upper
+    bound) beside RLOO+VIP against the same baseline, read by conclusions.upper_bound_conclusion."""
     from replication.report.conclusions import upper_bound_conclusion
 
     cmp = pd.read_csv(paper_table(root, "vip", "comparisons.csv"))
-    return upper_bound_conclusion(cmp) or "The upper-bound arm did not run."
+    return upper_bound_conclusion(cmp) or "The arm told p̂ by a probe did not run."
 
 
 @block("rollout-gdro-signal")

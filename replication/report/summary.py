@@ -113,12 +113,13 @@ def write_summary(results: str | Path, out: str | Path, beside: str | Path | Non
         "Held-out accuracy after training, each method against its paper's baseline at the same",
         "total rollout budget; difference in points with a paired 95 % CI over seeds, the raw p and",
         "the Holm-adjusted p over all of that paper's comparisons, and the minimum detectable",
-        "effect (MDE: two-sided α = 0.05, power 0.8, from the seeds' variance). Sets whose",
+        "effect (MDE at the raw α = 0.05, power 0.8, from the seeds' variance; the MDE at Holm's level is in",
+        "each paper's conclusions.md). Sets whose",
         "problems are in the train pool (`*-indist`) are not part of average/pooled; where the pooled",
         "row is the same test as the average row (held-out sets of equal size) it is one row, \"average = pooled\".",
         "Small-scale analogue: tiny model, procedural arithmetic (profile in the table).",
         "",
-        "| paper | profile | method | baseline | metric | method (%) | baseline (%) | difference, pts [95 % CI] | p (Holm p) | MDE, pts | significant after Holm |",
+        "| paper | profile | method | baseline | metric | method (%) | baseline (%) | difference, pts [95 % CI] | p (Holm p) | MDE, pts | Holm-significant |",
         "|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for r in rows:
@@ -138,12 +139,40 @@ def write_summary(results: str | Path, out: str | Path, beside: str | Path | Non
         )
     if not rows:
         lines.append("| (no paper summaries found) | | | | | | | | | | |")
+    lines += ["", *significant_section(results, beside)]
     text = "\n".join(lines) + "\n"
     from replication.store import write_atomic
 
     out.parent.mkdir(parents=True, exist_ok=True)
     write_atomic(out, text)
     return text
+
+
+SIGNIFICANT = "## Every Holm-significant comparison"
+"""The heading of the section results/summary.md adds after its table (README.md carries the same
+block as its own generated block, ``gen:holm-significant``, so ``readme_body`` leaves it out)."""
+
+
+def significant_section(results: Path, beside: Path | None = None) -> list[str]:
+    """Lines: the reading rules and every Holm-significant row (any held-out set, any metric, gains
+    and losses) of each paper's tables/comparisons.csv (reading.significant_block)."""
+    from replication.report import reading
+
+    frames = {}
+    for folder, tag in ((Path(results), None), *(((Path(beside), str(beside)),) if beside is not None else ())):
+        for key in _summaries(folder):
+            label = PAPERS[key] if tag is None else f"{PAPERS[key]} ({tag})"
+            frames[label] = reading.read_comparisons(folder / key)
+    if not frames:
+        return []
+    return [SIGNIFICANT, "", reading.definition(), "", reading.significant_block(frames)]
+
+
+def readme_body(summary_md: str) -> str:
+    """What README's results block holds of results/summary.md: the page without its title and
+    without the significant-comparisons section (README renders that block itself)."""
+    body = summary_md.split("\n", 2)[2] if summary_md.startswith("# ") else summary_md
+    return body.split(SIGNIFICANT, 1)[0].strip()
 
 
 BEGIN, END = "<!-- results:begin -->", "<!-- results:end -->"
@@ -157,7 +186,7 @@ def update_readme(readme: str | Path, table_md: str) -> None:
         raise ValueError(f"{path} has no {BEGIN} ... {END} block")
     head, rest = text.split(BEGIN, 1)
     _, tail = rest.split(END, 1)
-    body = table_md.split("\n", 2)[2] if table_md.startswith("# ") else table_md  # drop the title
+    body = readme_body(table_md)  # no title; the significant rows are README's gen:holm-significant block
     from replication.store import write_atomic
 
     write_atomic(path, f"{head}{BEGIN}\n{body.strip()}\n{END}{tail}")
