@@ -124,10 +124,10 @@ def annotate(cmp_df: pd.DataFrame, rules: dict | None = None) -> pd.DataFrame:
     if rules.get("equivalence_holm", True):
         adj = pd.Series(np.nan, index=out.index)
         adj[fam] = holm(out.loc[fam, "tost_p"])
-        # a duplicate row (pooled = average) takes its twin's adjusted p
-        key = ["arm", "baseline", "metric", "diff", "p"]
-        twin = out.loc[fam, key].assign(_adj=adj[fam])
-        adj[~fam] = out.loc[~fam, key].merge(twin, on=key, how="left")["_adj"].to_numpy()
+        # a duplicate row (pooled = average) takes its twin's adjusted p: the row of set same_test_as
+        twin = {(r["arm"], r["baseline"], r["metric"], r["set"]): adj[i] for i, r in out[fam].iterrows()}
+        for i, r in out[~fam].iterrows():
+            adj[i] = twin.get((r["arm"], r["baseline"], r["metric"], r["same_test_as"]), np.nan)
         out["tost_p_holm"] = adj
     else:
         out["tost_p_holm"] = out["tost_p"]
