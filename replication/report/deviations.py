@@ -63,6 +63,22 @@ def _same(a: Any, b: Any) -> bool:
     return a == b
 
 
+def _allocator_default(config: dict, key: str) -> Any:
+    """What an arm runs for an allocator option its config leaves out: the default of its
+    allocator's Config (read from the code, never typed into a spec); _MISSING otherwise."""
+    prefix = "allocator.options."
+    if not key.startswith(prefix) or "." in key[len(prefix):]:
+        return _MISSING
+    from replication.allocation import ALLOCATORS
+
+    name = (config.get("allocator") or {}).get("name")
+    if not name or name not in ALLOCATORS:
+        return _MISSING
+    field = key[len(prefix):]
+    default = getattr(ALLOCATORS.get(name).Config(), field, _MISSING)
+    return list(default) if isinstance(default, tuple) else default
+
+
 def _entry(value: Any, source: str = "") -> dict:
     """A spec value: a plain value, or {paper, source, why, absent}."""
     if isinstance(value, dict) and "paper" in value:
@@ -101,7 +117,7 @@ def deviations(paper: str, profile: str, params_file: str | Path | None = None) 
         for arm in arms:
             ours = _get(configs[arm], key)
             if ours is _MISSING:
-                ours = entry.get("absent", _MISSING)
+                ours = entry.get("absent", _allocator_default(configs[arm], key))
             if ours is _MISSING:
                 raise KeyError(f"spec {paper}: setting {key!r} is not a config key (arm {arm})")
             if not _same(ours, entry["paper"]):

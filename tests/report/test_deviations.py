@@ -55,3 +55,22 @@ def test_paper_profile_baselines_are_the_papers_baselines():
 def test_deviations_doc_is_current():
     assert (ROOT / dv.DOC).read_text() == dv.document(ROOT / "params.yaml"), \
         "docs/deviations.md is stale: run python -m replication.report.deviations"
+
+
+def test_the_deviations_issue_37_found_are_listed():
+    """Issue 37.5: the rollout engine (vLLM in all three papers), GDRO's precision and response
+    length, VIP's GP noise, ε and warm start (read from VIPConfig, not typed), and no stale claims."""
+    doc = dv.document(ROOT / "params.yaml")
+    for paper in dv.PAPERS:
+        assert "rollout.engine" in {d.setting for d in dv.deviations(paper, "default", ROOT / "params.yaml")}
+    gdro = {d.setting: d for d in dv.deviations("gdro", "default", ROOT / "params.yaml")}
+    assert gdro["model.dtype"].paper == "bfloat16" and gdro["model.dtype"].ours == "float32"
+    assert gdro["rollout.sampling.max_new_tokens"].ours == 8
+    from replication.allocation.vip import VIPConfig
+
+    vip = {(d.setting, d.arms): d for d in dv.deviations("vip", "default", ROOT / "params.yaml")}
+    for field in ("noise", "clip_eps", "warmup_steps"):
+        d = vip[(f"allocator.options.{field}", ("RLOO+VIP",))]
+        assert d.ours == getattr(VIPConfig(), field) and d.reason
+    assert "U/L is kept at 3" not in doc and "verl's default warm-up" not in doc
+    assert "U/L is 6 here (12/2)" in doc
