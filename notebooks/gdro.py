@@ -184,7 +184,7 @@ issue10 = diagnostics.mechanism_report(pr, "GRPO", prompt_gdro="Prompt-GDRO", ro
 # all-equal groups at any ratio (tests/rl/test_ppo.py); only the drift across PPO mini-batches
 # remains. The table measures how large that signal is beside the score spread ln(1.2)/η that a
 # max/min weight of 1.2 needs, for the paper's arm and the official code's (q mean 1 + the focus
-# schedule of its `hardf` run case; docs/fidelity/gdro.md #11).
+# schedule of its `softf` run case, the case the `Prompt-GDRO-code` arm runs; docs/fidelity/gdro.md #11a).
 
 # %%
 from replication.report import gdro_signal

@@ -82,3 +82,25 @@ def test_each_arm_is_replayed_under_its_own_options(tmp_path, monkeypatch):
     (tmp_path / "s1" / "config.json").write_text(json.dumps({"rl": {"prompt_weights_options": {}}}))
     with pytest.raises(ValueError, match="Prompt-GDRO-code.*different"):
         arm_configs(pd.DataFrame(runs), ["Prompt-GDRO-code"])
+
+
+def test_code_arm_conclusion_states_how_often_its_weights_move():
+    """Issue 37.5: "median max/min 1" hid that Prompt-GDRO-code's weights reach max/min >= 1.2 on
+    a large share of steps; the conclusion, run on the committed runs, says it, and its share is
+    the committed weight-signal table's."""
+    from pathlib import Path
+
+    import pandas as pd
+
+    from replication.report import gdro_signal as g
+    from replication.report.runs import load_prompts
+
+    root = Path(__file__).resolve().parents[2] / "results" / "gdro"
+    dirs = sorted((root / "runs" / "Prompt-GDRO-code").glob("s*"))
+    runs = pd.DataFrame({"arm": "Prompt-GDRO-code", "seed": [int(d.name[1:]) for d in dirs], "dir": [str(d) for d in dirs]})
+    t = g.signal_table(load_prompts(runs), ["Prompt-GDRO-code"], runs=runs)
+    share = pd.read_csv(root / "tables" / "prompt_gdro_weight_signal.csv").set_index("arm").at[
+        "Prompt-GDRO-code", "weight_ratio_ge_1_2_share"]
+    assert t["weight_ratio_engaged_share"].iloc[0] == share
+    text = g.signal_conclusion(pd.concat([t.assign(arm="Prompt-GDRO"), t]), paper_arm="Prompt-GDRO")
+    assert f"max/min ≥ 1.2 on {share:.1%} of its steps" in text and "focus schedule" in text
