@@ -1,4 +1,5 @@
-"""VIP told the success probability: the upper bound of VIP's allocation (issue 20, point 9).
+"""VIP told p̂ by a probe of the current policy (issue 20, point 9): an estimate of p, so a
+noisy-p arm, not an upper bound of VIP's allocation (issue 37).
 
 VIP predicts each prompt's p with a GP and allocates by the convex program of vip.py. When the
 allocation does not help, either the prediction is not good enough or allocation cannot matter
@@ -31,7 +32,7 @@ from replication.allocation.vip import VIPConfig, Oracle
 class VIPProbeConfig(VIPConfig):
     probe_rollouts: int = 16
     """m: extra samples per prompt drawn with the current policy before each allocation to
-    estimate p (issue 20.9, "the upper bound"; not in the VIP paper). p̂ = k/m has standard
+    estimate p (issue 20.9; not in the VIP paper; an estimate, so no upper bound: issue 37). p̂ = k/m has standard
     error ≤ 0.5/√m (0.125 at m = 16). They are outside the budget and the loss."""
     warmup_steps: int = 0
     """Told p from the first step: no cold start (as the oracle)."""
