@@ -45,6 +45,18 @@ def test_study_stage_runs_its_script_frozen_and_uncached(name):
     assert entry[out] == {"cache": False, "persist": True}
 
 
+def test_the_positive_control_is_a_frozen_restartable_stage():
+    """issue 37: "the study is a restartable DVC stage writing results/regime/"; hours of training, so
+    frozen like the studies above; its records are kept (persist), its rule is a dependency."""
+    stage = _stages()["regime-positive-control"]
+    assert stage["cmd"] == "python scripts/positive_control.py" and stage["frozen"] is True
+    assert {"scripts/positive_control.py", "replication/specs/positive_control.yaml"} <= set(stage["deps"])
+    outs = {next(iter(o)): o[next(iter(o))] for o in stage["outs"]}
+    assert set(outs) == {"results/regime/positive_control.csv", "results/regime/positive_control.png",
+                         "results/regime/positive_control"}
+    assert all(v == {"cache": False, "persist": True} for v in outs.values())
+
+
 def _without_dvc() -> dict:
     return {k: v for k, v in os.environ.items() if k not in ("DVC_STAGE", "REPLICATION_DVC_STAGE")}
 
@@ -55,6 +67,7 @@ def _without_dvc() -> dict:
     ["scripts/task_mix_study.py", "--mix", "m=/nonexistent", "--out", "results/regime/x.csv"],
     ["scripts/regime_runs.py", "gp-settings"],
     ["scripts/export_encoder.py", "results/encoder-x"],
+    ["scripts/positive_control.py", "--out", "results/regime"],
 ])
 def test_a_study_typed_by_hand_is_refused_results(cmd):
     r = subprocess.run([sys.executable, *cmd], cwd=ROOT, env=_without_dvc(), capture_output=True, text=True, timeout=120)
