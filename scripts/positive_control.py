@@ -3,7 +3,7 @@ replication/specs/positive_control.yaml, its prose: docs/positive_control.md).
 
     python scripts/positive_control.py --dry-run          # what is done, what each stage still asks for
     dvc repro regime-positive-control                     # run (restartable), write the study's files
-    python scripts/positive_control.py --max-jobs 4 ...   # at most 4 new jobs, then write what exists
+    REPLICATION_PC_MAX_JOBS=4 dvc repro regime-positive-control   # at most 4 new jobs, then write
 
 Stages, each from the one before: the screen (one uniform run per n̄ × prompts × mix × learning
 rate at the declared seed, trained through ``python -m replication grad-variance`` so that its
@@ -20,6 +20,7 @@ from its committed version, and refuses records made under another declaration.
 from __future__ import annotations
 
 import argparse
+import os
 import concurrent.futures as cf
 import json
 import shlex
@@ -38,6 +39,9 @@ sys.path.insert(0, str(ROOT))
 from replication.analysis import positive_control as pc  # noqa: E402
 
 WORK = Path("workspace/regime/positive-control")
+MAX_JOBS_ENV = "REPLICATION_PC_MAX_JOBS"
+"""The DVC stage's command takes no arguments: a session that has an hour runs
+``REPLICATION_PC_MAX_JOBS=8 dvc repro regime-positive-control`` and commits what it kept."""
 OUT = Path("results/regime")
 RUN_KIND, GRADVAR_KIND = "regime-run", "regime-gradvar"
 _print_lock = threading.Lock()
@@ -257,7 +261,10 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--out", type=Path, default=OUT, help="where positive_control.csv/.png and the records go")
     ap.add_argument("--work", type=Path, default=WORK, help="full runs (git-ignored)")
     ap.add_argument("--workers", type=int, default=2)
-    ap.add_argument("--max-jobs", type=int, default=None, help="run at most this many new jobs, then write")
+    env_max = os.environ.get(MAX_JOBS_ENV)
+    ap.add_argument("--max-jobs", type=int, default=int(env_max) if env_max else None,
+                    help=f"run at most this many new jobs, then write the outputs as far as they go (default: "
+                         f"${MAX_JOBS_ENV}, else no limit; 0 writes them from the records alone)")
     ap.add_argument("--dry-run", action="store_true", help="say what is done and what is left; run nothing")
     ap.add_argument("--uncommitted-spec", action="store_true",
                     help="tests only: accept a declaration outside git (refused with an --out under results/)")

@@ -60,7 +60,7 @@ def test_parameters_cell_exposes_the_user_settings(name):
 def test_dvc_yaml_stages_and_params():
     dvc = yaml.safe_load((ROOT / "dvc.yaml").read_text())
     regime = {"regime-gp-synthetic", "regime-gp-settings", "regime-task-mix",  # tests/test_study_stages.py
-              "regime-manifest"}  # tests/report/test_study_manifest.py
+              "regime-positive-control", "regime-manifest"}  # tests/report/test_study_manifest.py
     assert set(dvc["stages"]) == {"base", "encoder", *PAPERS, "report", *regime}
     params = yaml.safe_load((ROOT / "params.yaml").read_text())
     for paper in PAPERS:
