@@ -36,7 +36,9 @@ BOXED_FORMS = [
     "Copy this exactly: \\boxed{{n}}",
 ]
 """Easy forms for templates that ask for ``\\boxed{}`` (GDRO's, and the default evaluation prompt),
-most often solved first: 4, 2, 2 and 1 in 16 under GDRO's template at temperature 0.6."""
+most often solved first: 4, 2, 2 and 1 in 16 under GDRO's template at temperature 0.6; measured
+again at n = 3 and 7 (2026-12-06): 8 and 5, 3 and 4, 0, 2 in 16. GDRO's training pool uses the
+first two only (scripts/make_rehearsal_data.py)."""
 
 HARD = [
     ("Let $N$ be the number of ordered triples of positive integers $(a,b,c)$ with "

@@ -132,5 +132,6 @@ def test_a_paper_rehearses_end_to_end(clone, paper):
     assert summary["profile"] == f"rehearsal-{paper}" and summary["seeds"] == [0]
     cache = sum(_mb(clone / ".cache" / "runs" / json.loads((run / "key.json").read_text())["key"])
                 for run in runs if (clone / ".cache" / "runs").exists())
-    print(f"\nrehearsal {paper}: {minutes:.1f} min, {len(runs)} runs ({', '.join(sorted(arms))}), "
-          f"outputs {_mb(out):.0f} MB, run cache {cache:.0f} MB")
+    trained = sum(json.loads((run / "metrics.json").read_text())["wall_seconds"] for run in runs) / 60
+    print(f"\nrehearsal {paper}: {minutes:.1f} min ({trained:.1f} inside the runs' training loops), "
+          f"{len(runs)} runs ({', '.join(sorted(arms))}), outputs {_mb(out):.0f} MB, run cache {cache:.0f} MB")
