@@ -41,6 +41,8 @@ DAPO_SUFFIX = '\n\nRemember to put your answer on its own line after "Answer:".'
 
 TRAIN_NUMBERS = [3, 7, 4, 9, 5, 8, 6, 2]
 """The training pools' numbers (eval sets use others: EVAL_NUMBERS)."""
+GDRO_EXTRA_NUMBERS = [25, 26, 27, 28, 29, 30, 31, 32]
+"""More numbers for GDRO's pool, which fills two forms, not four (tens of problems, as the others)."""
 EVAL_NUMBERS = {"aime24": [11, 13], "aime25": [14, 15], "amc23": [16, 17], "math500": [18, 19],
                 "minerva": [21, 22], "olympiadbench": [23, 24]}
 
@@ -85,7 +87,7 @@ def write_train(out: Path) -> None:
     # GDRO's pool: the two boxed forms solved most often, so that a 4-problem pool holds three
     # SmolLM2 solves at 0.2-0.5 and one it never does (at GDRO's temperature 0.6 the other two
     # forms solved 0-2 in 16, and Rollout-GDRO's second step once had no group with a success)
-    boxed = pool(BOXED_FORMS[:2], TRAIN_NUMBERS, HARD[:4])
+    boxed = pool(BOXED_FORMS[:2], TRAIN_NUMBERS + GDRO_EXTRA_NUMBERS, HARD[:4])
     parquet([processed_row(q, a, f"rehearsal-{k:03d}") for k, (q, a) in enumerate(boxed)],
             out / "dapo17k-processed" / "en" / "train-00000-of-00001.parquet")
     parquet([processed_row("计算 $1+1$。", "2", "rehearsal-cn-0")],  # the config the loader must not pick
