@@ -74,7 +74,7 @@ def test_a_study_typed_by_hand_is_refused_results(cmd):
     assert r.returncode == 2, r.stderr[-2000:]
     assert r.stderr.count("\n") == 1 and "only DVC stages write" in r.stderr
     assert not (ROOT / "results/regime/x.json").exists() and not (ROOT / "results/encoder-x").exists()
-    assert not (ROOT / "workspace/regime").exists() or cmd[0] != "scripts/regime_runs.py"
+    assert not (ROOT / "workspace/regime/rloo").exists() or cmd[0] != "scripts/regime_runs.py"  # its run folder
 
 
 def test_run_by_dvc_may_write_results(monkeypatch):
