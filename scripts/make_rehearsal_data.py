@@ -84,10 +84,12 @@ def write_train(out: Path) -> None:
     # the real file repeats every problem (1,791,700 rows of 17,398 problems); the loader dedupes
     parquet([dapo_row(q, a, f"rehearsal-{k:03d}-{rep}") for rep in range(3) for k, (q, a) in enumerate(answer_line)],
             out / "dapo17k" / "data" / "dapo-math-17k.parquet")
-    # GDRO's pool: the two boxed forms solved most often, so that a 4-problem pool holds three
-    # SmolLM2 solves at 0.2-0.5 and one it never does (at GDRO's temperature 0.6 the other two
-    # forms solved 0-2 in 16, and Rollout-GDRO's second step once had no group with a success)
-    boxed = pool(BOXED_FORMS[:2], TRAIN_NUMBERS + GDRO_EXTRA_NUMBERS, HARD[:4])
+    # GDRO's pool: the two boxed forms solved most often, a hard problem after every four, so that
+    # the 4-problem pool of rehearsal-gdro holds four SmolLM2 solves at 0.2-0.5. At GDRO's
+    # temperature 0.6 the other two forms solved 0-2 in 16, and Rollout-GDRO, which sends the most
+    # rollouts to the hardest bin, once gave 10 of its 16 to a never-solved problem and 2 to each
+    # other: a step with no group holding a success.
+    boxed = pool(BOXED_FORMS[:2], TRAIN_NUMBERS + GDRO_EXTRA_NUMBERS, HARD[:4], every=4)
     parquet([processed_row(q, a, f"rehearsal-{k:03d}") for k, (q, a) in enumerate(boxed)],
             out / "dapo17k-processed" / "en" / "train-00000-of-00001.parquet")
     parquet([processed_row("计算 $1+1$。", "2", "rehearsal-cn-0")],  # the config the loader must not pick

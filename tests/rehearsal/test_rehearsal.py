@@ -9,7 +9,8 @@ test fails unless, in the trial's outputs (workspace/rehearsal/<paper>/):
 - rewards are mixed: at every step some prompt's group has successes and failures (a non-zero
   advantage);
 - an allocating arm's counts differ from uniform on some step; DynaMO's modulation moved some
-  advantage; Prompt-GDRO's bins and weights are engaged;
+  advantage; Prompt-GDRO bins and weights every visit (its weights' movement is not asserted:
+  under the paper's loss its signal is zero at ratio 1, docs/fidelity/gdro.md #11);
 - evaluation scored at least one problem of every evaluation set, with the paper's metrics
   (VIP: Maj@32 and the bootstrapped best@32);
 - the notebook wrote its tables (the paper-vs-ours one included) and summary;
@@ -109,8 +110,15 @@ def test_a_paper_rehearses_end_to_end(clone, paper):
             assert any(s.get("beta_comp_mean", 1.0) != 1.0 or s.get("beta_stab_mean", 1.0) != 1.0
                        for s in steps), steps
         if config["rl"].get("prompt_weights") == "gdro":
-            assert all(rec["bin"] is not None for rec in records)
-            assert len({rec["weight"] for rec in records}) > 1, records
+            # engaged: every visit is binned (in more than one bin) and weighted, and the EXP3P
+            # weights' mass per bin is logged at every step. That the weights MOVE is not asserted:
+            # under the paper's loss the adversary's signal is zero at ratio 1 (one PPO pass, the
+            # paper's learning rate), so they differ only at rounding level here, as at the
+            # default scale (docs/fidelity/gdro.md #11; docs/rehearsal.md)
+            assert all(rec["bin"] is not None and rec["weight"] > 0 for rec in records)
+            assert len({rec["bin"] for rec in records}) > 1, records
+            for s in _steps(run):
+                assert abs(sum(s["weight_mass_per_bin"]) - 1.0) < 1e-6, s
         for when in ("eval_before", "eval_after"):
             for name in config["task"]["options"]["eval"]:
                 row = metrics[when][name]
