@@ -85,6 +85,13 @@ display(Markdown("**Each method against its baseline** (paired over seeds; *not 
 view = cmp[cmp["set"].isin(["average", "pooled"])][["arm", "baseline", "set", "metric", "text"]]
 display(view)
 
+
+# %%
+shares = pipeline.oracle_shares(pr)
+display(Markdown("**Share of the true-p oracle's gain** (method − baseline) / (oracle − baseline), held-out "
+                 "average after training, bootstrap 95 % CI over seeds; only where the oracle's own gain has "
+                 "a 95 % interval above 0 (docs/positive_control.md)"))
+display(shares)
 # %%
 pvo = paper_tables.paper_vs_ours("gdro", pr.ev, {"GRPO": "GRPO", "Prompt-GDRO": "Prompt-GDRO", "Rollout-GDRO": "Rollout-GDRO"})
 display(Markdown("**The paper's change beside ours** (small-scale analogue; ours in points with a 95 % CI)"))
@@ -233,7 +240,7 @@ extra = {"wse": wse_table, "overhead": overhead, "prompt_gdro_signal": signal_df
          "prompt_gdro_loss_signal": loss_sig}
 if rollout_signal_df is not None:
     extra["rollout_gdro_signal"] = rollout_gdro_signal.summary(rollout_signal_df)
-tables.write_tables({"heldout_after": table, "heldout_before": before, "comparisons": cmp,
+tables.write_tables({"heldout_after": table, "heldout_before": before, "comparisons": cmp, "oracle_share": shares,
                      "allocation_lab": lab_summary, **extra}, pr.tables)
 paper_tables.write_paper_vs_ours(pvo, pr.tables)  # wide CSV, compact .md
 tables.write_summary_json(cmp, pr.out / "summary.json", profile=pr.profile, seeds=pr.seeds)

@@ -85,6 +85,13 @@ display(Markdown("**Each method against its baseline** (paired over seeds; *not 
 view = cmp[cmp["set"].isin(["average", "pooled"])][["arm", "baseline", "set", "metric", "text"]]
 display(view)
 
+
+# %%
+shares = pipeline.oracle_shares(pr)
+display(Markdown("**Share of the true-p oracle's gain** (method − baseline) / (oracle − baseline), held-out "
+                 "average after training, bootstrap 95 % CI over seeds; only where the oracle's own gain has "
+                 "a 95 % interval above 0 (docs/positive_control.md)"))
+display(shares)
 # %%
 pvo = paper_tables.paper_vs_ours("vip", pr.ev, {"RLOO": "RLOO", "RLOO+VIP": "RLOO+VIP"})
 display(Markdown("**The paper's change beside ours** (small-scale analogue; ours in points with a 95 % CI)"))
@@ -191,7 +198,7 @@ issue10 = diagnostics.mechanism_report(pr, "RLOO", vip="RLOO+VIP", predictor_mae
 # %%
 extra = {"predictor_study": pred_summary, "predictor_vs_reference": pred_paired,
          "predictor_study_by_seed": pred_by_seed, "overhead": overhead}
-tables.write_tables({"heldout_after": table, "heldout_before": before, "comparisons": cmp,
+tables.write_tables({"heldout_after": table, "heldout_before": before, "comparisons": cmp, "oracle_share": shares,
                      "allocation_lab": lab_summary, **extra}, pr.tables)
 paper_tables.write_paper_vs_ours(pvo, pr.tables)  # wide CSV, compact .md
 tables.write_summary_json(cmp, pr.out / "summary.json", profile=pr.profile, seeds=pr.seeds)

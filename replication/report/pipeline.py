@@ -102,6 +102,23 @@ def comparisons(pr: PaperRun, phase: str = "after") -> pd.DataFrame:
     return out
 
 
+ORACLE_ARMS = {"vip": "RLOO+true-p", "dynamo": "GRPO+true-p", "gdro": "GRPO+true-p"}
+"""Each paper's positive control (params.yaml arms; issue 37.1)."""
+
+
+def oracle_shares(pr: PaperRun) -> pd.DataFrame:
+    """Every method's share of its paper's true-p oracle gain (report/oracle_share.py), against the
+    oracle's own baseline; one row saying so when the oracle arm did not run."""
+    from replication.report.oracle_share import oracle_share
+
+    oracle = ORACLE_ARMS[pr.paper]
+    if oracle not in set(pr.ev["arm"]) or oracle not in pr.baselines:
+        return pd.DataFrame([{"oracle": oracle, "note": f"{oracle} did not run (params.yaml `run`): no share computed"}])
+    base = pr.baselines[oracle]
+    methods = [a for a, b in pr.baselines.items() if b == base and a != oracle]
+    return oracle_share(pr.ev, base, oracle, methods, sets=("average",))
+
+
 def prompt_texts(profile: str, overrides: dict | None = None) -> dict:
     """Prompt id → text of the train pool of ``profile`` with the notebook's ``overrides`` (a
     changed task option changes the pool; the runs log ids only)."""
