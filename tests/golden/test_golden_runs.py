@@ -53,7 +53,7 @@ def test_every_paper_arm_has_a_golden_run():
     from replication.orchestration.grid import load_section
 
     params = ROOT / "params.yaml"
-    assert len(ARMS) == sum(len(load_section(p, params)["arms"]) for p in golden_runs.PAPERS) == 18
+    assert len(ARMS) == sum(len(load_section(p, params)["arms"]) for p in golden_runs.PAPERS) == 21
     assert len({a.dir for a in ARMS}) == len(ARMS)  # no two arms share a folder
     for arm in ARMS:
         assert all((arm.dir / n).exists() for n in golden_runs.FILES), f"{arm.id}: golden files missing"

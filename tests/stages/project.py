@@ -106,7 +106,8 @@ def make_project(where: Path, *, git: bool = True, real: tuple[str, ...] = ()) -
     (proj / "scripts" / "export_encoder.py").write_text(
         "import sys, pathlib\np = pathlib.Path(sys.argv[1]); p.mkdir(parents=True, exist_ok=True)\n"
         "(p / 'config.json').write_text('{}')\n")
-    for study in ("gp_synthetic_check.py", "gp_settings_study.py", "task_mix_study.py", "regime_runs.py"):
+    for study in ("gp_synthetic_check.py", "gp_settings_study.py", "task_mix_study.py", "regime_runs.py",
+                  "positive_control.py"):
         shutil.copy(ROOT / "scripts" / study, proj / "scripts" / study)  # frozen stages' deps must exist
     for rel, text in PUBLISHED.items():
         (proj / rel).parent.mkdir(parents=True, exist_ok=True)
