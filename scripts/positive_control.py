@@ -272,7 +272,8 @@ def main(argv: list[str] | None = None) -> int:
 
     from replication.report.study_output import check_study_out
 
-    check_study_out(args.out / "positive_control.csv")
+    if not args.dry_run:  # a dry run writes nothing: anyone may ask how far the study got
+        check_study_out(args.out / "positive_control.csv")
     if args.uncommitted_spec:
         if "results" in args.out.resolve().relative_to(args.out.resolve().anchor).parts:
             print("error: --uncommitted-spec writes no evidence: give an --out outside results/", file=sys.stderr)
@@ -307,7 +308,8 @@ def main(argv: list[str] | None = None) -> int:
         piloted = [spec.cell(c) for c in screen.loc[screen["piloted"], "cell"]]
         seeds = [int(s) for s in spec.pilot["seeds"]]
         jobs = [j for c in piloted for seed in seeds for arm in pc.ARMS if (j := st.train_job(c, arm, seed))]
-        say(f"pilot: {len(piloted)} cells × {len(seeds)} seeds × 2 arms, {len(jobs)} runs to do")
+        say(f"pilot: {len(piloted)} cells ({', '.join(c.name for c in piloted)}) × {len(seeds)} seeds × 2 arms, "
+            f"{len(dict(jobs))} runs to do")
         if not args.dry_run and jobs and budget_left() != 0:
             n = _run_jobs(jobs, args.workers, budget_left())
             left = None if left is None else left - n
