@@ -167,8 +167,8 @@ from replication.orchestration.grid import load_section
 # vip-gp with the VIP arm's GP settings and encoder (params.yaml, section vip)
 vip_arm_options = load_section("vip", params_file)["arms"]["RLOO+VIP"].get("allocator.options") or {}
 gv_df = gva.measure(pr.profile, gva.baseline_overrides(section, "GRPO", params_file, overrides),
-                    pr.out / "gradient_variance", **gradvar_settings(pr.profile, gradvar_draws),
-                    method_options={"vip-gp": vip_arm_options})  # vip-gp as VIP's RLOO+VIP arm runs it
+                    pr.out / "gradient_variance", **gradvar_settings(pr.profile, gradvar_draws,
+                                                          method_options={"vip-gp": vip_arm_options}))  # vip-gp as VIP's RLOO+VIP arm runs it
 gv_table, gv_lab = gvr.variance_table(gv_df), gvr.lab_comparison(gv_df, lab_summary, estimator="grpo")
 display(gv_table)
 display(gv_lab)

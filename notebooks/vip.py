@@ -174,8 +174,8 @@ from replication.analysis import gradient_variance as gva
 from replication.report import gradient_variance as gvr
 from replication.arms import gradvar_settings
 gv_df = gva.measure(pr.profile, gva.baseline_overrides(section, "RLOO", params_file, overrides),
-                    pr.out / "gradient_variance", **gradvar_settings(pr.profile, gradvar_draws),
-                    method_options={"vip-gp": vip_arm_options})  # the GP as RLOO+VIP runs it
+                    pr.out / "gradient_variance", **gradvar_settings(pr.profile, gradvar_draws,
+                                                          method_options={"vip-gp": vip_arm_options}))  # the GP as RLOO+VIP runs it
 gv_table, gv_lab = gvr.variance_table(gv_df), gvr.lab_comparison(gv_df, lab_summary, estimator="rloo")
 display(gv_table)
 display(gv_lab)

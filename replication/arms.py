@@ -13,12 +13,14 @@ QUICK_PROFILE = "quick"
 """Trains the section's ``main`` arms on one seed (select_arms)."""
 
 
-def gradvar_settings(profile: str, draws: int | None = None) -> dict:
+def gradvar_settings(profile: str, draws: int | None = None, method_options: dict | None = None) -> dict:
     """GradVarConfig keyword arguments of a paper notebook's gradient-variance section, from the
     profile's ``gradvar:`` section (config.sections.GradVarSection: issue 10's 30 sets per
     allocator and as many reference sets on the full batch at steps 0, a third and all by
     default; the quick profile and the rehearsals cut it down in their YAML, not by their name).
-    ``draws`` (the notebook parameter) overrides the number of sets, reference sets included."""
+    ``draws`` (the notebook parameter) overrides the number of sets, reference sets included.
+    ``method_options`` (allocator options per method, e.g. vip-gp as VIP's arm runs it) are kept
+    for the methods the profile measures."""
     from replication.config import load_profile
 
     g = load_profile(profile).gradvar
@@ -30,6 +32,12 @@ def gradvar_settings(profile: str, draws: int | None = None) -> dict:
         settings["steps"] = tuple(g.checkpoints)
     if g.methods:
         settings["methods"] = tuple(g.methods)
+    if g.threads:
+        settings["threads"] = int(g.threads)
+    measured = set(g.methods) | {"uniform"} if g.methods else None
+    options = {m: o for m, o in dict(method_options or {}).items() if measured is None or m in measured}
+    if options:
+        settings["method_options"] = options
     if draws is not None:
         if int(draws) < 3:
             raise ConfigError(f"gradvar_draws: need at least 3 rollout sets (GradVarConfig), got {draws}")

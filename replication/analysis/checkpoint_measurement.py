@@ -35,7 +35,8 @@ def measure_checkpoint(cfg: TrainConfig, model_path: str | Path, step: int, reco
     memo, shared by the checkpoints)."""
     from replication.train.components import build_components
 
-    cfg = dataclasses.replace(cfg, model=dataclasses.replace(cfg.model, path=str(model_path)))
+    cfg = dataclasses.replace(cfg, model=dataclasses.replace(cfg.model, path=str(model_path),
+                                                             threads=gv.threads or cfg.model.threads))
     c = build_components(cfg)
     q = int(gv.prompts or cfg.rollout.prompts_per_step)
     if q > len(c.train.ids):

@@ -50,6 +50,9 @@ class GradVarConfig:
     """Bootstrap resamples for the ratio CIs."""
     seed: int = 0
     """Seeds the batch choice, the rollouts and the bootstrap."""
+    threads: int = 0
+    """torch threads of the measuring process (0: the profile's ``model.threads``; the profile's
+    ``gradvar.threads``, config.sections.GradVarSection)."""
 
     def __post_init__(self) -> None:
         self.steps = tuple(int(s) for s in self.steps)
@@ -71,5 +74,7 @@ class GradVarConfig:
                 raise ValueError(f"grad-variance {name} must be >= 3, got {getattr(self, name)}")
         if self.oracle_samples < 2:
             raise ValueError(f"grad-variance oracle_samples must be >= 2, got {self.oracle_samples}")
+        if int(self.threads) < 0:
+            raise ValueError(f"grad-variance threads must be >= 0 (0: the profile's), got {self.threads}")
         if self.bootstrap < 100:
             raise ValueError(f"grad-variance bootstrap must be >= 100, got {self.bootstrap}")

@@ -169,6 +169,11 @@ class GradVarSection:
     methods: list = dataclasses.field(default_factory=list)
     """The allocators measured, by the lab's names (analysis/gradvar_config.py METHODS; uniform is
     always measured); empty: every one."""
+    threads: int = 0
+    """torch threads of the measurement's one process (0: the profile's ``model.threads``). It
+    runs alone after the grid, so a CPU profile whose runs take several single-thread processes
+    (the rehearsals: 2) gives it the cores they used. Threads change the order of floating-point
+    sums, not what is measured."""
 
 
 NOT_TRAINING_SECTIONS = ("gradvar",)

@@ -98,6 +98,7 @@ def validate(cfg: TrainConfig) -> None:
     from replication.analysis.gradvar_config import METHODS
 
     need(all(m in METHODS for m in g.methods), "gradvar.methods", f"names among {sorted(METHODS)}")
+    need(isinstance(g.threads, int) and g.threads >= 0, "gradvar.threads", ">= 0 (0: model.threads)")
     need(cfg.eval.bootstrap >= 0, "eval.bootstrap", "must be >= 0 (0: no bootstrapped best@k / maj@k)")
     need(cfg.model.dtype in ("float32", "bfloat16", "float16"), "model.dtype", "float32|bfloat16|float16")
     need(cfg.model.device in ("cpu", "cuda", "auto"), "model.device", "cpu|cuda|auto")

@@ -49,21 +49,42 @@ class Evaluator:
             raise ValueError(f"engine group size {group_size} does not divide world size {world.size}")
         self.group_size = int(group_size)
 
+    def shares(self) -> dict[str, range]:
+        """This rank's prompts of each set (indices into the set), its engine group's share.
+
+        The sets' prompts, in set order, form one list cut into contiguous shares, one per
+        engine group: a share may span sets, so that a few sets of a few prompts each (a
+        rehearsal's one problem per set) keep every group busy instead of the first alone; a
+        set's part of a share stays contiguous and the groups come in order, so gathering a set
+        in rank order gives it back in set order. With one group this is every set, whole."""
+        groups = self.world.size // self.group_size
+        sizes = [len(data.ids) for _, data in sorted(self.sets.items())]
+        cuts = [len(a) for a in np.array_split(np.arange(sum(sizes)), groups)]
+        lo = int(np.sum(cuts[: self.world.rank // self.group_size]))
+        hi = lo + cuts[self.world.rank // self.group_size]
+        out, start = {}, 0
+        for (name, _), size in zip(sorted(self.sets.items()), sizes):
+            a, b = min(max(lo - start, 0), size), min(max(hi - start, 0), size)
+            out[name] = range(a, b)
+            start += size
+        return out
+
     def _correct_counts(
         self, data: Any, n: int, sampling: SamplingConfig, gen: torch.Generator, stream: str,
-        samples: list | None = None,
+        samples: list | None = None, share: range | None = None,
     ) -> np.ndarray:
-        """Successes per prompt of ``data`` (every rank gets all of them, in set order). With
-        ``samples`` (a list), it receives one (correctness [n] bool, extracted answers) pair per
-        prompt, in set order, on every rank (answers None where the verifier extracts none)."""
+        """Successes per prompt of ``data`` (every rank gets all of them, in set order). This
+        rank generates for ``share`` (its engine group's prompts of the set, ``shares``; default:
+        the whole set). With ``samples`` (a list), it receives one (correctness [n] bool,
+        extracted answers) pair per prompt, in set order, on every rank (answers None where the
+        verifier extracts none)."""
         out = [np.zeros(0)]
         mine: list = []
         extract = getattr(self.verifier, "extracted", None)
         g = self.group_size  # one share per engine group (per rank when each has its own engine)
-        share = np.array_split(np.arange(len(data.ids)), self.world.size // g)[self.world.rank // g]
-        end = int(share[-1]) + 1 if len(share) else 0
-        for lo in range(int(share[0]) if len(share) else 0, end, self.chunk):
-            sl = slice(lo, min(lo + self.chunk, end))
+        share = range(len(data.ids)) if share is None else share
+        for lo in range(share.start, share.stop, self.chunk):
+            sl = slice(lo, min(lo + self.chunk, share.stop))
             ids, inputs, answers = data.ids[sl], data.inputs[sl], data.answers[sl]
             sources = data.sources[sl]
             counts = np.full(len(ids), n, dtype=np.int64)
@@ -100,11 +121,13 @@ class Evaluator:
         pooled: list[np.ndarray] = []
         headline = set(headline_sets(self.sets))  # in-distribution sets stay out of average/pooled
         self.seed = int(seed)
+        shares = self.shares()
         for j, (name, data) in enumerate(sorted(self.sets.items())):
             gen = torch.Generator().manual_seed(int(seed) * 1000 + 17 + j)
             with torch.no_grad():
                 per_sample: list | None = [] if getattr(c, "bootstrap", 0) else None
-                succ = self._correct_counts(data, k, sample, gen, f"eval/{name}/sample", per_sample)
+                succ = self._correct_counts(data, k, sample, gen, f"eval/{name}/sample", per_sample,
+                                            share=shares[name])
                 if name in headline:
                     pooled.append(succ)
                 row = {
@@ -116,7 +139,7 @@ class Evaluator:
                 if per_sample:
                     row.update(bootstrap_metrics(per_sample, k, c.bootstrap))
                 if c.greedy:
-                    g = self._correct_counts(data, 1, greedy, gen, f"eval/{name}/greedy")
+                    g = self._correct_counts(data, 1, greedy, gen, f"eval/{name}/greedy", share=shares[name])
                     row["greedy"] = float(np.mean(g))
             results[name] = row
         results["average"] = {

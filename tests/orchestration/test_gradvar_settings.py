@@ -35,7 +35,8 @@ def test_a_profile_file_sizes_the_section_and_bad_sizes_are_refused(tmp_path):
     f.write_text("extends: smoke\ngradvar: {draws: 3, reference_draws: 4, prompts: 2, checkpoints: [0]}\n")
     s = gradvar_settings(str(f))
     assert s == {"draws": 3, "reference_draws": 4, "prompts": 2, "oracle_samples": 64, "steps": (0,)}
-    for bad in ({"gradvar.draws": 1}, {"gradvar.checkpoints": [10 ** 6]}, {"gradvar.prompts": -1}):
+    for bad in ({"gradvar.draws": 1}, {"gradvar.checkpoints": [10 ** 6]}, {"gradvar.prompts": -1},
+                {"gradvar.threads": -1}):
         with pytest.raises(ConfigError, match="gradvar"):
             load_profile("smoke", bad)
 
@@ -52,3 +53,37 @@ def test_the_section_is_not_part_of_a_runs_key(tmp_path, monkeypatch):
         keys.append(key)
         assert "gradvar" not in rec["inputs"]["config"]
     assert keys[0] == keys[1] != keys[2]
+
+
+def test_threads_and_the_options_of_measured_methods_only():
+    """A rehearsal's measurement takes both cores (its runs took two single-thread processes), and
+    a notebook's options for a method the profile does not measure are dropped, not refused."""
+    opts = {"vip-gp": {"bandwidth": None}}
+    vip, gdro = gradvar_settings("rehearsal-vip", method_options=opts), gradvar_settings("rehearsal-gdro", method_options=opts)
+    assert vip["threads"] == gdro["threads"] == 2 and load_profile("rehearsal-vip").model.threads == 1
+    assert vip["method_options"] == opts and "method_options" not in gdro
+    assert set(gdro["methods"]) == {"uniform", "vip-oracle", "rollout-gdro"}
+    GradVarConfig(**vip), GradVarConfig(**gdro)
+    assert gradvar_settings("default", method_options=opts)["method_options"] == opts  # every method measured
+    assert "threads" not in gradvar_settings("default")  # 0: the profile's model.threads
+    with pytest.raises(ValueError, match="threads"):
+        GradVarConfig(threads=-1)
+
+
+def test_the_measurement_takes_the_section_s_threads(tmp_path, monkeypatch):
+    """measure_checkpoint builds its components with gradvar.threads (torch.set_num_threads)."""
+    import replication.train.components as components
+    from replication.analysis import checkpoint_measurement as cm
+
+    seen = []
+
+    def stop(cfg, *a, **k):
+        seen.append(cfg.model.threads)
+        raise RuntimeError("stop here")
+
+    monkeypatch.setattr(components, "build_components", stop)
+    cfg = load_profile("smoke")
+    for threads, want in ((0, cfg.model.threads), (3, 3)):
+        with pytest.raises(RuntimeError, match="stop here"):
+            cm.measure_checkpoint(cfg, "somewhere", 0, None, GradVarConfig(steps=(0,), threads=threads))
+    assert seen == [cfg.model.threads, 3]
