@@ -232,10 +232,11 @@ def _scale_base_stage(scale: str, params: dict, params_file: str | Path, dest: P
 def _report_stage(dest: Path, published: bool) -> int:
     from replication.report.summary import write_summary
 
+    root = RESULTS.parent  # the positive-control study's verdict opens the page (results/regime)
     if published:
-        write_summary(RESULTS, dest)
+        write_summary(RESULTS, dest, positive_control_root=root)
     else:  # the trial's papers beside the published ones
-        write_summary(dest.parent, dest, beside=RESULTS)
+        write_summary(dest.parent, dest, beside=RESULTS, positive_control_root=root)
     print(f"wrote {dest}")
     return 0
 

@@ -371,17 +371,20 @@ def conclusions(*, comparisons: pd.DataFrame | None = None, runs: pd.DataFrame |
                 wse: pd.DataFrame | None = None, predictor: pd.DataFrame | None = None,
                 predictor_paired: pd.DataFrame | None = None,
                 gdro_signal: pd.DataFrame | None = None, rollout_gdro_signal: pd.DataFrame | None = None,
-                set_name: str = "average", evals: pd.DataFrame | None = None) -> str:
+                set_name: str = "average", evals: pd.DataFrame | None = None,
+                positive_control: str | None = None) -> str:
     """All available paragraphs, Markdown, in a fixed order. For VIP the predictor study is
     included (``predictor``, or read from the paper's tables folder when not given). With ``evals``
     (the held-out frame) every arm's own before → after moves are listed (issue 20.4). The reading
     rules (reading.definition) open the text; every Holm-significant row of the paper follows the
-    headline comparisons (reading.significant_block)."""
+    headline comparisons (reading.significant_block). ``positive_control`` (the declared study's
+    verdict, report.positive_control.verdict_text) comes first of all: every null below is read
+    in its light (issue 37)."""
     if predictor is None:
         predictor = _predictor_from_tables(comparisons)
     if predictor_paired is None:
         predictor_paired = _predictor_from_tables(comparisons, "predictor_vs_reference")
-    out = []
+    out = [positive_control or ""]
     if comparisons is not None:
         out.append(reading.definition())
         out.append(arm_conclusions(comparisons, set_name))

@@ -123,3 +123,68 @@ def write_outputs(out: Path, spec, screen, pilot, pick, confirm, verdict, status
         "verdict": {k: (v.item() if hasattr(v, "item") else v) for k, v in (verdict or {}).items()},
         "screened_cells": int(screen["statistic"].notna().sum()), "cells": len(screen)}, indent=1, default=str))
     return table
+
+
+TABLE = Path("results/regime/positive_control.csv")
+STUDY = Path("results/regime/positive_control/study.json")
+"""The study's outputs the prose reads (relative to the repository root), each verified on read."""
+
+FINAL = ("no setting passed the pilot", "not confirmed", "confirmed")
+"""The statuses that end the study (scripts/positive_control.py); any other says how far it got."""
+
+
+def _pts(x: float) -> str:
+    return f"{100 * x:+.1f}".replace("-", "−")
+
+
+def verdict_text(root: str | Path = ".", profile: str | None = None) -> str:
+    """The first lines of each paper's conclusions, of results/summary.md and of the README's
+    ``gen:positive-control`` block (issue 37): what the declared positive-control study found, read
+    from its committed outputs (their folders' manifests verified). ``profile``: the notebook's; a
+    paper or rehearsal profile gets "" (the study is of the small scale, whose default it varies)."""
+    from replication.report.study_output import read_study_file
+
+    if profile is not None and str(profile).startswith(("paper-", "rehearsal-")):
+        return ""
+    root = Path(root)
+    if not (root / STUDY).is_file() or not (root / TABLE).is_file():
+        return ("**Positive control: not run.** Nothing here yet shows that allocation could help at this "
+                "scale (docs/positive_control.md).")
+    study = json.loads(read_study_file(root / STUDY).read_text())
+    t = pd.read_csv(read_study_file(root / TABLE))
+    status = str(study["status"])
+    screened = t[t["screen_noise_to_signal_ratio"].notna()]
+    ratio = (f"the oracle's gradient noise-to-signal was {screened['screen_noise_to_signal_ratio'].min():.2f}–"
+             f"{screened['screen_noise_to_signal_ratio'].max():.2f} × uniform's in the {len(screened)} cells screened"
+             if len(screened) else "no cell was screened yet")
+    piloted = t[t["piloted"].astype(bool) & t["pilot_diff"].notna()]
+    rows = "; ".join(
+        f"{r.cell}: oracle − uniform {_pts(r.pilot_diff)} [{_pts(r.pilot_diff_lo)}, {_pts(r.pilot_diff_hi)}] pts "
+        f"(n = {int(r.pilot_n)}, one-sided p {r.pilot_p:.2g}, Holm p {r.pilot_p_holm:.2g}; uniform's own gain "
+        f"{_pts(r.pilot_uniform_gain)} [{_pts(r.pilot_uniform_gain_lo)}, {_pts(r.pilot_uniform_gain_hi)}])"
+        for r in piloted.itertuples())
+    where = ("Evidence: `results/regime/positive_control.csv` and its map `results/regime/positive_control.png` "
+             "(docs/positive_control.md).")
+    if status == "no setting passed the pilot" or status == "not confirmed":
+        pick = t[t["pick"].astype(bool)]
+        confirm = ""
+        if status == "not confirmed" and len(pick):
+            r = pick.iloc[0]
+            confirm = (f" The pilot's pick {r['cell']} was not confirmed on {int(r['confirm_n'])} fresh seeds: "
+                       f"{_pts(r['confirm_diff'])} [{_pts(r['confirm_diff_lo'])}, {_pts(r['confirm_diff_hi'])}] pts, "
+                       f"one-sided p {r['confirm_p']:.2g}.")
+        return (f"**Positive control: at this scale reallocation had no room to help.** In the study declared "
+                f"before its runs, allocation told p (VIP's program told a 64-rollout probe of the current policy) "
+                f"did not beat uniform allocation on held-out mean@8 in any cell piloted ({rows}).{confirm} "
+                f"Allocation did change the gradient — {ratio} — but not what the policy learned. Every method's "
+                f"null below is read in that light: where allocation told p cannot beat uniform, no allocator's "
+                f"null tells a working method from a broken one. {where}")
+    if status == "confirmed":
+        r = t[t["pick"].astype(bool)].iloc[0]
+        return (f"**Positive control: confirmed in {r['cell']}.** Allocation told p beat uniform there on "
+                f"{int(r['confirm_n'])} fresh seeds: {_pts(r['confirm_diff'])} [{_pts(r['confirm_diff_lo'])}, "
+                f"{_pts(r['confirm_diff_hi'])}] pts on held-out mean@8, one-sided p {r['confirm_p']:.2g}; the "
+                f"default profile runs that cell (deviations.md lists each change). {where}")
+    return (f"**Positive control: under way ({status}).** Until the declared study ends, no method's null can be "
+            f"read against what allocation told p achieves here; so far {ratio}"
+            + (f", and the pilot has {rows}" if rows else "") + f". {where}")

@@ -234,3 +234,13 @@ def rerun_time(root: Path) -> str:
     lines += ["", "Code digest of the runs: " + ", ".join(sorted(digests)) + "; commits named in their provenance: "
               + ", ".join(sorted(commits)) + "."]
     return "\n".join(lines)
+
+
+@block("positive-control")
+def positive_control(root: Path) -> str:
+    """The declared positive-control study's verdict (results/regime/positive_control.csv and
+    positive_control/study.json), the same text that opens each paper's conclusions and
+    results/summary.md (report.positive_control.verdict_text)."""
+    from replication.report.positive_control import verdict_text
+
+    return verdict_text(root)
