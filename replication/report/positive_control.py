@@ -173,9 +173,11 @@ def verdict_text(root: str | Path = ".", profile: str | None = None) -> str:
             confirm = (f" The pilot's pick {r['cell']} was not confirmed on {int(r['confirm_n'])} fresh seeds: "
                        f"{_pts(r['confirm_diff'])} [{_pts(r['confirm_diff_lo'])}, {_pts(r['confirm_diff_hi'])}] pts, "
                        f"one-sided p {r['confirm_p']:.2g}.")
+        worse = int((piloted["pilot_diff_hi"] < 0).sum())
+        worse = (f" In {worse} of the {len(piloted)} it did worse, its 95 % interval below 0." if worse else "")
         return (f"**Positive control: at this scale reallocation had no room to help.** In the study declared "
                 f"before its runs, allocation told p (VIP's program told a 64-rollout probe of the current policy) "
-                f"did not beat uniform allocation on held-out mean@8 in any cell piloted ({rows}).{confirm} "
+                f"did not beat uniform allocation on held-out mean@8 in any cell piloted ({rows}).{worse}{confirm} "
                 f"Allocation did change the gradient — {ratio} — but not what the policy learned. Every method's "
                 f"null below is read in that light: where allocation told p cannot beat uniform, no allocator's "
                 f"null tells a working method from a broken one. {where}")

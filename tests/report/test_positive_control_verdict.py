@@ -43,6 +43,11 @@ def test_no_setting_passed_says_no_room_with_every_piloted_cell(tmp_path):
     assert text.startswith("**Positive control: at this scale reallocation had no room to help.**")
     assert "a-cell: oracle − uniform −1.4 [−3.0, +1.0] pts (n = 4" in text and "b-cell: oracle − uniform +0.6" in text
     assert "c-cell" not in text  # not piloted
+    assert "did worse" not in text  # no interval below 0
+    t = pd.read_csv(tmp_path / TABLE)
+    t.loc[0, "pilot_diff_hi"] = -0.002
+    t.to_csv(tmp_path / TABLE, index=False)
+    assert "In 1 of the 2 it did worse, its 95 % interval below 0." in verdict_text(tmp_path)
     assert "0.10–0.30 × uniform's in the 3 cells screened" in text
     assert "results/regime/positive_control.png" in text
 
