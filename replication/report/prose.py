@@ -31,7 +31,7 @@ from replication.report.stats import MINUS
 from replication.store import write_atomic
 
 PROSE_FILES = ("README.md", "docs/gradient_variance.md", "docs/regime.md", "docs/reproducibility.md", "docs/fidelity/gdro.md",
-               "docs/fidelity/vip.md")
+               "docs/fidelity/vip.md", "docs/positive_control.md")
 BLOCK = re.compile(r"(<!-- gen:(?P<name>[\w.-]+) -->\n)(?P<body>.*?)(<!-- /gen:(?P=name) -->)", re.S)
 @block("headline")
 def headline(root: Path) -> str:
