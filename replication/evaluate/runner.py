@@ -78,36 +78,77 @@ class Evaluator:
         the whole set). With ``samples`` (a list), it receives one (correctness [n] bool,
         extracted answers) pair per prompt, in set order, on every rank (answers None where the
         verifier extracts none)."""
-        out = [np.zeros(0)]
-        mine: list = []
-        extract = getattr(self.verifier, "extracted", None)
-        g = self.group_size  # one share per engine group (per rank when each has its own engine)
         share = range(len(data.ids)) if share is None else share
-        for lo in range(share.start, share.stop, self.chunk):
-            sl = slice(lo, min(lo + self.chunk, share.stop))
-            ids, inputs, answers = data.ids[sl], data.inputs[sl], data.answers[sl]
-            sources = data.sources[sl]
-            counts = np.full(len(ids), n, dtype=np.int64)
-            # completions only: no old-log-prob pass (vLLM's recompute would be thrown away)
-            batch = self.engine.generate(ids, inputs, answers, counts, sampling, generator=gen,
-                                         seeds=rollout_seeds(self.seed, stream, 0, ids),
-                                         logprobs=False)
-            ok = np.asarray(self.verifier.is_correct(batch.completions, batch.row_answers,
-                                                     [sources[g] for g in batch.group_index]))
-            out.append(np.bincount(batch.group_index, weights=ok.astype(float), minlength=len(ids)))
-            if samples is not None:
-                answers_of = extract(batch.completions) if extract else [None] * len(ok)
-                group = np.asarray(batch.group_index)
-                for i in range(len(ids)):  # the prompt's samples in the engine's order
-                    rows = np.flatnonzero(group == i)
-                    mine.append((ok[rows].astype(bool), [answers_of[r] for r in rows]))
+        counts, mine = [np.zeros(0)], []
+        for lo in range(share.start, share.stop, self.chunk):  # one engine call per chunk
+            c, m = self._generate([(data, range(lo, min(lo + self.chunk, share.stop)), stream)], n, sampling, gen,
+                                  samples is not None)
+            counts += c
+            mine += m[0]
+        return self._gather(np.concatenate(counts), mine, samples)
+
+    def _generate(self, parts: list, n: int, sampling: SamplingConfig, gen: torch.Generator,
+                  want_samples: bool) -> tuple[list[np.ndarray], list[list]]:
+        """One engine call for the prompts of ``parts`` ((set, range of its prompts, stream)
+        triples), n samples each, seeded by each prompt's stream and id: per part, this rank's
+        successes per prompt and (with ``want_samples``) its (correctness, answers) pairs."""
+        ids, inputs, answers, sources, seeds = [], [], [], [], []
+        for data, rows, stream in parts:
+            sl = slice(rows.start, rows.stop)
+            ids += list(data.ids[sl])
+            inputs += list(data.inputs[sl])
+            answers += list(data.answers[sl])
+            sources += list(data.sources[sl])
+            seeds.append(rollout_seeds(self.seed, stream, 0, data.ids[sl]))
+        if not ids:
+            return [np.zeros(0) for _ in parts], [[] for _ in parts]
+        counts = np.full(len(ids), n, dtype=np.int64)
+        # completions only: no old-log-prob pass (vLLM's recompute would be thrown away)
+        batch = self.engine.generate(ids, inputs, answers, counts, sampling, generator=gen,
+                                     seeds=np.concatenate(seeds), logprobs=False)
+        ok = np.asarray(self.verifier.is_correct(batch.completions, batch.row_answers,
+                                                 [sources[g] for g in batch.group_index]))
+        succ = np.bincount(batch.group_index, weights=ok.astype(float), minlength=len(ids))
+        mine: list = []
+        if want_samples:
+            extract = getattr(self.verifier, "extracted", None)
+            answers_of = extract(batch.completions) if extract else [None] * len(ok)
+            group = np.asarray(batch.group_index)
+            for i in range(len(ids)):  # the prompt's samples in the engine's order
+                rows = np.flatnonzero(group == i)
+                mine.append((ok[rows].astype(bool), [answers_of[r] for r in rows]))
+        cuts = np.cumsum([0] + [len(r) for _, r, _ in parts])
+        return ([succ[a:b] for a, b in zip(cuts[:-1], cuts[1:])],
+                [mine[a:b] if want_samples else [] for a, b in zip(cuts[:-1], cuts[1:])])
+
+    def _gather(self, counts: np.ndarray, mine: list, samples: list | None) -> np.ndarray:
+        """This rank's successes per prompt of one set (and its samples) gathered from every
+        engine group, in set order, on every rank."""
+        g = self.group_size
         if samples is not None:
             parts = self.world.gather(mine)
             samples.extend(x for part in parts[::g] for x in part)
         if g == 1:
-            return self.world.concat(np.concatenate(out)).astype(np.int64)
-        parts = self.world.gather_arrays(np.concatenate(out))[::g]  # each group's share once
+            return self.world.concat(counts).astype(np.int64)
+        parts = self.world.gather_arrays(counts)[::g]  # each group's share once
         return np.concatenate(parts).astype(np.int64)
+
+    def _all_sets(self, shares: dict[str, range], n: int, sampling: SamplingConfig, kind: str,
+                  seed: int, want_samples: bool) -> dict[str, tuple[np.ndarray, list]] | None:
+        """Every set's share in ONE engine call when all of them fit one call (``chunk_prompts``)
+        and more than one set has prompts here: a few small sets (a rehearsal's one problem per
+        set) then decode their tokens together instead of one set after another. Each prompt's
+        samples are seeded by its own stream and id, as set by set. None when the sets are
+        larger (the paper and small scales: set by set, chunk by chunk)."""
+        todo = [(name, r) for name, r in shares.items() if len(r)]
+        if len(todo) < 2 or sum(len(r) for _, r in todo) > self.chunk:
+            return None
+        parts = [(self.sets[name], r, f"eval/{name}/{kind}") for name, r in todo]
+        gen = torch.Generator().manual_seed(int(seed) * 1000 + 17)
+        counts, mine = self._generate(parts, n, sampling, gen, want_samples)
+        out = {name: (np.zeros(0), []) for name in shares}
+        out.update({name: (c, m) for (name, _), c, m in zip(todo, counts, mine)})
+        return out
 
     def __call__(self, model: torch.nn.Module, seed: int = 0) -> dict[str, dict[str, float]]:
         self.engine.sync_weights(model)
@@ -122,12 +163,18 @@ class Evaluator:
         headline = set(headline_sets(self.sets))  # in-distribution sets stay out of average/pooled
         self.seed = int(seed)
         shares = self.shares()
+        with torch.no_grad():  # a few small sets: one engine call for all of them (_all_sets)
+            merged = self._all_sets(shares, k, sample, "sample", seed, bool(getattr(c, "bootstrap", 0)))
+            merged_greedy = self._all_sets(shares, 1, greedy, "greedy", seed, False) if c.greedy else None
         for j, (name, data) in enumerate(sorted(self.sets.items())):
             gen = torch.Generator().manual_seed(int(seed) * 1000 + 17 + j)
             with torch.no_grad():
                 per_sample: list | None = [] if getattr(c, "bootstrap", 0) else None
-                succ = self._correct_counts(data, k, sample, gen, f"eval/{name}/sample", per_sample,
-                                            share=shares[name])
+                if merged is not None:
+                    succ = self._gather(*merged[name], per_sample)
+                else:
+                    succ = self._correct_counts(data, k, sample, gen, f"eval/{name}/sample", per_sample,
+                                                share=shares[name])
                 if name in headline:
                     pooled.append(succ)
                 row = {
@@ -139,7 +186,8 @@ class Evaluator:
                 if per_sample:
                     row.update(bootstrap_metrics(per_sample, k, c.bootstrap))
                 if c.greedy:
-                    g = self._correct_counts(data, 1, greedy, gen, f"eval/{name}/greedy", share=shares[name])
+                    g = (self._gather(merged_greedy[name][0], [], None) if merged_greedy is not None else
+                         self._correct_counts(data, 1, greedy, gen, f"eval/{name}/greedy", share=shares[name]))
                     row["greedy"] = float(np.mean(g))
             results[name] = row
         results["average"] = {

@@ -148,23 +148,38 @@ def ppo_update(
             if first:
                 extent, seen = _extent_pass(model, world, rows, parts, n_pass, batch, adv_rows,
                                             temperature, ppo_cfg, modulation)
+            # After the extent pass (and without KL) a micro-batch whose every advantage is 0
+            # has a zero gradient: its row losses and diagnostics come from the extent pass's
+            # values, with no forward or backward (DynaMO keeps such rows only for the extent).
+            # The gradient passes are the others; FSDP: every rank runs the most of them.
+            skip = [first and not use_kl and not bool(adv_rows[torch.as_tensor(p)].any()) for p in parts]
+            n_grad = _gradient_passes(shares, micro_batch_rows, adv_rows, skip_zero=first and not use_kl,
+                                      rank=world.rank, sharded=sharded)
             done: list[tuple[dict, float, dict]] = []
-            for i in range(n_pass):
+            k = 0  # gradient passes run
+            for i in range(len(parts) + n_grad):
                 part = parts[i] if i < len(parts) else None
-                # DDP: only the last pass all-reduces; FSDP reduce-scatters every pass into the
-                # sharded gradient (no unsharded gradient is kept between passes)
-                with _grad_sync(model, sync=sharded or i == n_pass - 1):
-                    if part is None:  # nothing of this mini-batch here: join the collectives
-                        dummy = zero_loss(model, batch.input_ids, batch.attention_mask)
-                        if modulation is not None and not first:
-                            extent = _modulation_extent(world, None, None, None, None, None, ppo_cfg)
-                        if use_kl and sharded:  # the sharded reference model gathers too
-                            zero_pass(ref_model, batch.input_ids, batch.attention_mask, backward=False)
-                        dummy.backward()
-                        continue
-                    out = _micro_step(model, rows, part, adv_rows, denom, temperature, ppo_cfg,
-                                      modulation, ref_model if use_kl else None, world,
-                                      extent if first else None, seen[i])
+                if part is not None and skip[i]:
+                    out = _micro_step(model, rows, part, adv_rows, denom, temperature, ppo_cfg, modulation, None,
+                                      world, extent, seen[i], backward=False)
+                elif part is None and k >= n_grad:
+                    break
+                else:
+                    # DDP: only the last pass all-reduces; FSDP reduce-scatters every pass into
+                    # the sharded gradient (no unsharded gradient is kept between passes)
+                    k += 1
+                    with _grad_sync(model, sync=sharded or k == n_grad):
+                        if part is None:  # nothing more of this mini-batch here: join the collectives
+                            dummy = zero_loss(model, batch.input_ids, batch.attention_mask)
+                            if modulation is not None and not first:
+                                extent = _modulation_extent(world, None, None, None, None, None, ppo_cfg)
+                            if use_kl and sharded:  # the sharded reference model gathers too
+                                zero_pass(ref_model, batch.input_ids, batch.attention_mask, backward=False)
+                            dummy.backward()
+                            continue
+                        out = _micro_step(model, rows, part, adv_rows, denom, temperature, ppo_cfg,
+                                          modulation, ref_model if use_kl else None, world,
+                                          extent if first else None, seen[i])
                 done.append(out.stats)
                 surrogate = (out.row_loss - out.row_kl).numpy()
                 w = 1.0 if meta.weights is None else meta.weights[part]
@@ -202,6 +217,22 @@ def ppo_update(
     return UpdateResult(row_loss=row_loss, row_kl=row_kl, stats=means)
 
 
+def _gradient_passes(shares: list[np.ndarray], micro_batch_rows: int, adv_rows: torch.Tensor, *,
+                     skip_zero: bool, rank: int, sharded: bool) -> int:
+    """Forward-backward passes this rank runs for a mini-batch: its micro-batches, less those
+    whose advantages are all 0 when ``skip_zero``; FSDP: the most of any rank (every pass is a
+    collective; the extra ones zero-weight); DDP or one process: its own. At least one (a rank
+    with none joins the all-reduce with a zero-weight pass, and the optimizer then steps on a
+    zero gradient, as it would have after passes of zero advantages)."""
+    def count(share: np.ndarray) -> int:
+        parts = micro_batches(share, micro_batch_rows)
+        if skip_zero:
+            parts = [p for p in parts if bool(adv_rows[torch.as_tensor(p)].any())]
+        return len(parts)
+
+    return max(max(count(s) for s in shares) if sharded else count(shares[rank]), 1)
+
+
 def micro_batches(rows: np.ndarray, size: int) -> list[np.ndarray]:
     """``rows`` (a rank's share of a mini-batch, ascending) in consecutive micro-batches of at
     most ``size`` rows; ``size`` 0 = one micro-batch of all of them; no rows = none."""
@@ -222,16 +253,21 @@ class _MicroOut:
 
 def _micro_step(model, rows, part: np.ndarray, adv_rows: torch.Tensor, denom: torch.Tensor,
                 temperature: float, ppo_cfg: PPOConfig, modulation: DynaMOConfig | None,
-                ref_model, world: World, extent: dict | None, seen) -> _MicroOut:
+                ref_model, world: World, extent: dict | None, seen, backward: bool = True) -> _MicroOut:
     """One micro-batch's forward, loss over the mini-batch's ``denom`` and backward.
     ``extent`` None: DynaMO's extent from this pass (the mini-batch is one pass on every rank;
     with several ranks, the all-reduce runs here); else the whole mini-batch's, found by
     ``_extent_pass``, which also gave this micro-batch's detached log-probs and entropies
-    (``seen``), so the extent is exactly the one of the values modulated."""
+    (``seen``), so the extent is exactly the one of the values modulated. ``backward`` False
+    (a micro-batch of zero advantages after the extent pass): no pass at all, the loss and
+    diagnostics from ``seen``."""
     keep = torch.as_tensor(part)
     ids, attn, kmask, old = rows.take(keep)
     kmask = kmask.float()
-    logp, ent = token_logprobs_and_entropy(model, ids, attn, temperature, completion_mask=kmask)
+    if backward:
+        logp, ent = token_logprobs_and_entropy(model, ids, attn, temperature, completion_mask=kmask)
+    else:
+        logp, ent = seen
     adv_tok = adv_rows[keep].unsqueeze(1) * kmask
     mod_stats = {}
     if modulation is not None:
@@ -245,7 +281,8 @@ def _micro_step(model, rows, part: np.ndarray, adv_rows: torch.Tensor, denom: to
         with torch.no_grad():
             ref_logp, _ = token_logprobs_and_entropy(ref_model, ids, attn, temperature, completion_mask=kmask)
     res = ppo_clip_loss(logp, old, adv_tok, kmask, ppo_cfg, ref_logp=ref_logp, denominator=denom)
-    res.loss.backward()  # DDP: on the last micro-batch the gradient buckets are all-reduced meanwhile
+    if backward:
+        res.loss.backward()  # DDP: on the last micro-batch the gradient buckets are all-reduced meanwhile
     weight = float(kmask.sum())
     n_pos = float((kmask.bool() & (adv_tok > 0)).sum())  # β_comp_pos_mean's tokens
     stats = {**res.stats, **mod_stats}

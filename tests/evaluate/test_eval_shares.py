@@ -88,3 +88,60 @@ def test_call_generates_each_rank_s_share(monkeypatch):
     out = Evaluator(Engine(), sets, Verifier(), cfg, world=world, max_new_tokens=4)(model, seed=0)
     assert calls == [["s2p0"]]  # rank 1 of 2: the third set's only problem
     assert all(out[name]["mean@2"] == 1.0 and out[name]["n_prompts"] == 1 for name in sets)
+
+
+class _Recorder:
+    """An engine that records each call's prompt ids and seeds; sample j of a prompt succeeds
+    iff (seed + j) is even, so a result depends on the prompt's own seed only."""
+
+    def __init__(self):
+        self.calls = []
+
+    def sync_weights(self, model):
+        pass
+
+    def generate(self, ids, inputs, answers, counts, sampling, generator=None, seeds=None, logprobs=True):
+        self.calls.append((list(ids), [int(x) for x in seeds]))
+        rows = np.repeat(np.arange(len(ids)), counts)
+        j = np.concatenate([np.arange(c) for c in counts])
+        ok = [str((int(seeds[g]) + int(i)) % 2 == 0) for g, i in zip(rows, j)]
+        return SimpleNamespace(completions=ok, row_answers=ok, group_index=rows)
+
+
+class _Truth:
+    def is_correct(self, completions, answers, sources):
+        return [c == "True" for c in completions]
+
+
+def _math_sets(*sizes):
+    return {f"set{j}": SimpleNamespace(ids=[f"s{j}p{i}" for i in range(n)], inputs=["x"] * n, answers=["a"] * n,
+                                       sources=["s"] * n) for j, n in enumerate(sizes)}
+
+
+def _evaluate(sets, chunk=64):
+    engine = _Recorder()
+    cfg = SimpleNamespace(k=3, temperature=1.0, top_p=1.0, top_k=0, greedy=True, bootstrap=0)
+    model = SimpleNamespace(training=False, eval=lambda: None)
+    out = Evaluator(engine, sets, _Truth(), cfg, max_new_tokens=4, chunk_prompts=chunk)(model, seed=5)
+    return engine.calls, out
+
+
+def test_small_sets_share_one_engine_call_with_their_own_seeds():
+    """A few small sets (a rehearsal's one problem per set) decode together: one call for the
+    samples and one for greedy, each prompt seeded by its own set's stream, so the scores are
+    those of one call per set."""
+    sets = _math_sets(1, 2, 1)
+    calls, merged = _evaluate(sets)
+    assert len(calls) == 2 and calls[0][0] == ["s0p0", "s1p0", "s1p1", "s2p0"]
+    per_set_calls, per_set = _evaluate(sets, chunk=1)  # 1 prompt per call: set by set, prompt by prompt
+    assert len(per_set_calls) == 8 and all(len(c[0]) == 1 for c in per_set_calls)
+    assert sorted(s for c in per_set_calls for s in c[1]) == sorted(s for c in calls for s in c[1])
+    assert merged == per_set
+
+
+def test_large_sets_go_set_by_set():
+    """Sets that do not fit one call together keep today's calls: set by set, chunk by chunk."""
+    calls, _ = _evaluate(_math_sets(40, 30))
+    assert [len(c[0]) for c in calls] == [40, 40, 30, 30]  # each set's samples, then its greedy pass
+    calls, _ = _evaluate(_math_sets(40, 30), chunk=32)
+    assert [len(c[0]) for c in calls] == [32, 8, 32, 8, 30, 30]  # chunk by chunk

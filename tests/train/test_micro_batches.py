@@ -101,6 +101,28 @@ def test_micro_batches_equal_the_unsplit_update(policy_and_batch, case):
         assert not bad, (micro, bad)
 
 
+@pytest.mark.parametrize("micro", [1, 2])
+def test_dynamo_skips_the_passes_of_zero_advantages(policy_and_batch, micro):
+    """With micro-batches, DynaMO keeps every row for its extent (one no-grad pass over all of
+    them) but a micro-batch whose advantages are all 0 has a zero gradient: it gets no forward or
+    backward, its losses and diagnostics come from the extent pass's values, and the update equals
+    the unsplit one (test above). Passes: the extent's over every micro-batch, then one per
+    micro-batch holding a non-zero advantage."""
+    model, batch, adv = policy_and_batch
+    seen: list[int] = []
+    _update(model, batch, adv, "dynamo", micro, seen)
+    order = np.random.default_rng(11)  # _update's plan: 2 epochs of 2 mini-batches
+    want = every = 0
+    for _ in range(2):
+        perm = order.permutation(batch.n_rows)
+        for mb in np.array_split(perm, 2):
+            parts = micro_batches(np.sort(mb), micro)
+            want += len(parts) + sum(bool((adv[p] != 0).any()) for p in parts)
+            every += 2 * len(parts)  # extent and gradient passes over every micro-batch
+    assert len(seen) == want, (len(seen), want)
+    assert want < every if micro == 1 else want <= every  # one row per pass: each zero row skipped
+
+
 def test_the_unsplit_update_runs_one_pass_per_mini_batch(policy_and_batch):
     """``micro_batch_rows`` 0 (the default) and a count at least the share's: one pass per
     mini-batch and epoch, no DynaMO extent pass: the path the golden runs pin."""
@@ -225,9 +247,12 @@ def test_the_memory_rule_counts_one_micro_batch(paper):
     # FSDP with the sharded reference policy's pass per micro-batch
     ("rollout-gdro+prompt-gdro", ("--set", "rl.kl_coef=0.05"),
      ("--set", "rl.micro_batch_rows=1", "--set", "model.sharding=fsdp")),
+    # FSDP with DynaMO's extent pass over every row, then gradient passes over the rows with a
+    # non-zero advantage only (the ranks' counts differ: every rank runs the most)
+    ("dynamo+modulation", (), ("--set", "rl.micro_batch_rows=1", "--set", "model.sharding=fsdp")),
     # FSDP with DynaMO's extent pass and a short last micro-batch
     ("dynamo+modulation", (), ("--set", "rl.micro_batch_rows=3", "--set", "model.sharding=fsdp")),
-], ids=["ddp-dynamo-1", "fsdp-vip-1", "fsdp-kl-1", "fsdp-dynamo-3"])
+], ids=["ddp-dynamo-1", "fsdp-vip-1", "fsdp-kl-1", "fsdp-dynamo-1", "fsdp-dynamo-3"])
 def test_two_processes_with_micro_batches_equal_one_without(small_overrides, tmp_path, case, common, split):
     """2 gloo ranks splitting their shares into micro-batches give the 1-process run of the whole
     batch in one pass per mini-batch (tolerance: tests/dist_helpers.py)."""
