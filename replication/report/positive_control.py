@@ -142,7 +142,7 @@ def verdict_text(root: str | Path = ".", profile: str | None = None) -> str:
     ``gen:positive-control`` block (issue 37): what the declared positive-control study found, read
     from its committed outputs (their folders' manifests verified). ``profile``: the notebook's; a
     paper or rehearsal profile gets "" (the study is of the small scale, whose default it varies)."""
-    from replication.report.study_output import read_study_file
+    from replication.report.study_read import verify_study_folder
 
     if profile is not None and str(profile).startswith(("paper-", "rehearsal-")):
         return ""
@@ -150,8 +150,9 @@ def verdict_text(root: str | Path = ".", profile: str | None = None) -> str:
     if not (root / STUDY).is_file() or not (root / TABLE).is_file():
         return ("**Positive control: not run.** Nothing here yet shows that allocation could help at this "
                 "scale (docs/positive_control.md).")
-    study = json.loads(read_study_file(root / STUDY).read_text())
-    t = pd.read_csv(read_study_file(root / TABLE))
+    verify_study_folder(root / TABLE.parent)  # results/regime's manifest covers both files
+    study = json.loads((root / STUDY).read_text())
+    t = pd.read_csv(root / TABLE)
     status = str(study["status"])
     screened = t[t["screen_noise_to_signal_ratio"].notna()]
     ratio = (f"the oracle's gradient noise-to-signal was {screened['screen_noise_to_signal_ratio'].min():.2f}–"

@@ -23,7 +23,7 @@ from replication.cli_checks import STAGE_ENV, refuse_results
 from replication.config import ConfigError
 from replication.store import MANIFEST, verify_manifest, write_manifest, writer_lock
 
-STUDY_KIND = "study"
+from replication.report.study_read import STUDY_KIND, read_study_file  # noqa: F401 (readers import it here too)
 
 DVC_STAGE_ENV = "DVC_STAGE"
 """Set by DVC (dvc/stage/run.py) to the stage's address for every command it runs."""
@@ -64,15 +64,6 @@ def seal_study_folder(folder: str | Path) -> str:
             pass
         write_manifest(folder, kind=STUDY_KIND)
     return f"{folder}: {n} study files parse; sealed ({MANIFEST})"
-
-
-def read_study_file(path: str | Path) -> Path:
-    """``path`` once its folder's manifest verifies (size and SHA-256 of every file); a folder
-    without one (a study's output outside results/) is read as it is."""
-    path = Path(path)
-    if (path.parent / MANIFEST).exists():
-        verify_manifest(path.parent, kind=STUDY_KIND)
-    return path
 
 
 def main(argv: list[str] | None = None) -> int:

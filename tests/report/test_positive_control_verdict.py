@@ -88,3 +88,16 @@ def test_the_committed_outputs_verify_and_read():
     """The committed study's outputs are read through their manifest (results/regime)."""
     text = verdict_text(ROOT)
     assert text.startswith("**Positive control:") and "results/regime/positive_control.csv" in text
+
+
+def test_a_damaged_output_is_refused(tmp_path):
+    """study.json sits below results/regime, whose manifest covers it: an edited verdict is caught."""
+    import shutil
+
+    from replication.store import DamagedArtifact
+
+    shutil.copytree(ROOT / "results" / "regime", tmp_path / "results" / "regime")
+    study = tmp_path / STUDY
+    study.write_text(study.read_text().replace("no setting passed the pilot", "confirmed"))
+    with pytest.raises(DamagedArtifact):
+        verdict_text(tmp_path)
