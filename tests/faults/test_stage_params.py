@@ -107,6 +107,9 @@ def _dvc_project(tmp_path: Path, persist: bool = True) -> Path:
     (proj / "replication").symlink_to(ROOT / "replication")
     for rel, text in [("results/base-model/model.safetensors", "weights"),
                       ("results/encoder/config.json", "{}"),  # the paper stages' dep on VIP's encoder
+                      # and on the positive control's verdict (results/regime)
+                      ("results/regime/positive_control.csv", "cell"),
+                      ("results/regime/positive_control/study.json", "{}"),
                       ("results/vip/runs/RLOO/s0/metrics.json", "{}"),
                       ("results/vip/tables/heldout.csv", "a,b"),
                       ("results/vip/figures/heldout.png", "png"),
