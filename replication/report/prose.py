@@ -123,7 +123,7 @@ def predictor(root: Path) -> str:
 
 @block("vip-upper-bound")
 def vip_upper_bound(root: Path) -> str:
-    """VIP's allocation told p̂ by a 16-sample probe (RLOO+VIP-oracle: a noisy-p arm, not an upper
+    """VIP's allocation told p̂ by a 16-sample probe (RLOO+phat16: a noisy-p arm, not an upper
     bound) beside RLOO+VIP against the same baseline, read by conclusions.upper_bound_conclusion."""
     from replication.report.conclusions import upper_bound_conclusion
 

@@ -80,7 +80,7 @@ def list_runs(source: str | Path | pd.DataFrame) -> pd.DataFrame:
     (Prompt-GDRO's weights + observe; both summed over steps), allocator_share =
     allocator_seconds / wall_seconds (VIP's overhead measure, vip.md), probe_seconds and
     probe_rollouts (the rollouts an arm told p by a probe spends outside its budget, e.g.
-    RLOO+VIP-oracle's 16 per prompt; 0 for every other arm), overhead_seconds = all three together
+    RLOO+phat16's 16 per prompt; 0 for every other arm), overhead_seconds = all three together
     (a probe is part of what that arm's method costs: issue 37.5), overhead_share =
     overhead_seconds / wall_seconds, probe_share = probe_seconds / wall_seconds and
     overhead_per_step (seconds; the GDRO paper's per-step figure)."""

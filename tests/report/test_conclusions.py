@@ -178,7 +178,7 @@ def test_no_degenerate_ranges_or_empty_families():
 
 def _bound_rows(vip_diff, vip_sig, oracle_diff, oracle_sig, se=0.003):
     rows = []
-    for arm, d, sig in (("RLOO+VIP", vip_diff, vip_sig), ("RLOO+VIP-oracle", oracle_diff, oracle_sig)):
+    for arm, d, sig in (("RLOO+VIP", vip_diff, vip_sig), ("RLOO+phat16", oracle_diff, oracle_sig)):
         for metric in ("mean@8", "pass@8"):
             p = 0.001 if sig else 0.6
             rows.append({"arm": arm, "baseline": "RLOO", "set": "average", "metric": metric, "diff": d,
@@ -199,7 +199,7 @@ def test_noisy_p_arm_reading_by_rule(vip, oracle, se, expect):
     from replication.report.conclusions import upper_bound_conclusion
 
     text = upper_bound_conclusion(_bound_rows(*vip, *oracle, se=se))
-    assert expect in text and "RLOO+VIP-oracle" in text
+    assert expect in text and "RLOO+phat16" in text
     assert "not an upper bound" in text and "standard error up to 0.125" in text
     assert "upper bound L" not in text and "less than about" not in text
     rows = _bound_rows(*vip, *oracle, se=se)

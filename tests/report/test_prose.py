@@ -85,7 +85,7 @@ def test_vip_upper_bound_block_reads_the_comparisons(tmp_path):
     tables.mkdir(parents=True)
     rows = [{"arm": a, "baseline": "RLOO", "set": "average", "metric": "mean@8", "diff": d, "lo": d - 0.007,
              "hi": d + 0.007, "p": 0.6, "p_holm": 1.0, "n": 10, "se": 0.003, "df": 9, "significant": False,
-             "significant_holm": False} for a, d in (("RLOO+VIP", -0.002), ("RLOO+VIP-oracle", 0.001))]
+             "significant_holm": False} for a, d in (("RLOO+VIP", -0.002), ("RLOO+phat16", 0.001))]
     pd.DataFrame(rows).to_csv(tables / "comparisons.csv", index=False)
     write_products_manifest(tables.parent)
     text = prose.GENERATORS["vip-upper-bound"](tmp_path)

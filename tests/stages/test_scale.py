@@ -47,7 +47,7 @@ def test_small_scale_choices_stay_small():
     assert paper["arms"]["RLOO+VIP"]["allocator.options"]["bandwidth"] is None  # the paper's median heuristic
     # merged key by key: the encoder stays the arm's
     assert paper["arms"]["RLOO+VIP"]["allocator.options"]["embedder"] == "sentence-transformers"
-    assert "RLOO+VIP-oracle" in small["run"] and "RLOO+VIP-oracle" not in paper["run"]
+    assert "RLOO+phat16" in small["run"] and "RLOO+phat16" not in paper["run"]
     assert len(small["seeds"]) == 10 and len(paper["seeds"]) == 3
     gdro_small, gdro_paper = (section_at_scale(_at(s), "gdro")["arms"]["Prompt-GDRO-code"]["rl.prompt_weights_options"]
                               for s in ("small", "paper"))
