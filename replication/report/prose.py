@@ -131,6 +131,24 @@ def vip_upper_bound(root: Path) -> str:
     return upper_bound_conclusion(cmp) or "The arm told p̂ by a probe did not run."
 
 
+@block("true-p-controls")
+def true_p_controls(root: Path) -> str:
+    """Each paper's positive control (its +true-p arm) against its baseline, read by
+    true_p.true_p_conclusion from the paper's comparisons, gradient-variance and share tables."""
+    from replication.report.summary import PAPERS as LABELS
+    from replication.report.true_p import ORACLE_ARMS, true_p_conclusion
+
+    parts = []
+    for paper, label in LABELS.items():
+        cmp = pd.read_csv(paper_table(root, paper, "comparisons.csv"))
+        optional = {name: (pd.read_csv(p) if p.is_file() else None)
+                    for name, p in (("gv", paper_table(root, paper, "gradient_variance_vs_lab.csv")),
+                                    ("shares", paper_table(root, paper, "oracle_share.csv")))}
+        text = true_p_conclusion(cmp, gradient_vs_lab=optional["gv"], shares=optional["shares"])
+        parts.append(f"**{label}.** " + (text or f"{ORACLE_ARMS[paper]} is not in the committed results."))
+    return "\n\n".join(parts)
+
+
 @block("rollout-gdro-signal")
 def rollout_gdro_signal(root: Path) -> str:
     """Rollout-GDRO's replay: does its loss give the bandits a signal?"""
