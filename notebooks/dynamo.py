@@ -166,7 +166,8 @@ tables.write_tables({"heldout_after": table, "heldout_before": before, "comparis
 paper_tables.write_paper_vs_ours(pvo, pr.tables)  # wide CSV, compact .md
 tables.write_summary_json(cmp, pr.out / "summary.json", profile=pr.profile, seeds=pr.seeds)
 from replication.report.positive_control import verdict_text  # the declared positive control first
-text = conclusions.conclusions(positive_control=verdict_text(".", pr.profile), comparisons=cmp, evals=pr.ev, runs=runs, lab=lab_summary, paper=pvo)
+text = conclusions.conclusions(positive_control=verdict_text(".", pr.profile), comparisons=cmp, evals=pr.ev, runs=runs, lab=lab_summary, paper=pvo,
+                               gradient_vs_lab=gv_lab, oracle_share=shares)
 (pr.out / "conclusions.md").write_text(text)
 (pr.tables / "deviations.md").write_text(deviations_md)
 display(Markdown(text))

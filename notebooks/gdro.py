@@ -246,7 +246,8 @@ paper_tables.write_paper_vs_ours(pvo, pr.tables)  # wide CSV, compact .md
 tables.write_summary_json(cmp, pr.out / "summary.json", profile=pr.profile, seeds=pr.seeds)
 from replication.report.positive_control import verdict_text  # the declared positive control first
 text = conclusions.conclusions(positive_control=verdict_text(".", pr.profile), comparisons=cmp, evals=pr.ev, runs=runs, lab=lab_summary, paper=pvo, wse=wse_table,
-                               gdro_signal=signal_df, rollout_gdro_signal=rollout_signal_df)
+                               gdro_signal=signal_df, rollout_gdro_signal=rollout_signal_df,
+                               gradient_vs_lab=gv_lab, oracle_share=shares)
 (pr.out / "conclusions.md").write_text(text)
 (pr.tables / "deviations.md").write_text(deviations_md)
 display(Markdown(text))

@@ -150,7 +150,8 @@ def upper_bound_conclusion(cmp_df: pd.DataFrame, method: str = "RLOO+VIP", oracl
             why += f"; it is equivalent to the baseline on {', '.join(eq)} (TOST)"
         if inc:
             why += f"; on {', '.join(inc)} the data are inconclusive (the interval above is all they show)"
-        why += ". A true-p control is what could say whether allocation has room at this scale."
+        why += (". The positive control told p (the paper's +true-p arm, when it ran) is what says whether "
+                "allocation had room at this scale.")
     return "\n".join(lines) + "\n\n" + why
 
 
@@ -372,14 +373,16 @@ def conclusions(*, comparisons: pd.DataFrame | None = None, runs: pd.DataFrame |
                 predictor_paired: pd.DataFrame | None = None,
                 gdro_signal: pd.DataFrame | None = None, rollout_gdro_signal: pd.DataFrame | None = None,
                 set_name: str = "average", evals: pd.DataFrame | None = None,
-                positive_control: str | None = None) -> str:
+                positive_control: str | None = None, gradient_vs_lab: pd.DataFrame | None = None,
+                oracle_share: pd.DataFrame | None = None) -> str:
     """All available paragraphs, Markdown, in a fixed order. For VIP the predictor study is
     included (``predictor``, or read from the paper's tables folder when not given). With ``evals``
     (the held-out frame) every arm's own before → after moves are listed (issue 20.4). The reading
     rules (reading.definition) open the text; every Holm-significant row of the paper follows the
     headline comparisons (reading.significant_block). ``positive_control`` (the declared study's
     verdict, report.positive_control.verdict_text) comes first of all: every null below is read
-    in its light (issue 37)."""
+    in its light (issue 37). The paper's own positive control (its +true-p arm, report/true_p.py,
+    with ``gradient_vs_lab`` and ``oracle_share`` from the notebook) follows the reading rules."""
     if predictor is None:
         predictor = _predictor_from_tables(comparisons)
     if predictor_paired is None:
@@ -387,6 +390,12 @@ def conclusions(*, comparisons: pd.DataFrame | None = None, runs: pd.DataFrame |
     out = [positive_control or ""]
     if comparisons is not None:
         out.append(reading.definition())
+        from replication.report.true_p import oracle_arm, true_p_conclusion
+
+        oracle = oracle_arm(comparisons)
+        if oracle is not None:
+            out.append(true_p_conclusion(comparisons, runs=runs, gradient_vs_lab=gradient_vs_lab, shares=oracle_share,
+                                         probe_rollouts=_probe_rollouts(runs, oracle, default=64)))
         out.append(arm_conclusions(comparisons, set_name))
         if not comparisons.empty:
             from replication.report.summary import PAPERS as LABELS

@@ -17,6 +17,7 @@ import pandas as pd
 
 from replication.report.runs import load_eval, load_prompts, load_steps
 from replication.report.tables import add_holm, compare_to_baseline
+from replication.report.true_p import ORACLE_ARMS  # each paper's positive control (params.yaml arms; issue 37.1)
 from replication.store import DamagedArtifact
 
 
@@ -101,9 +102,6 @@ def comparisons(pr: PaperRun, phase: str = "after") -> pd.DataFrame:
         pr.ev.attrs["holm"] = {(r.arm, r.baseline, r.set, r.metric): float(r.p_holm) for r in out.itertuples()}
     return out
 
-
-ORACLE_ARMS = {"vip": "RLOO+true-p", "dynamo": "GRPO+true-p", "gdro": "GRPO+true-p"}
-"""Each paper's positive control (params.yaml arms; issue 37.1)."""
 
 
 def oracle_shares(pr: PaperRun) -> pd.DataFrame:
