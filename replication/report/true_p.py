@@ -88,11 +88,15 @@ def _share_lines(shares: pd.DataFrame | None, set_name: str, metrics: Sequence[s
 def true_p_conclusion(cmp_df: pd.DataFrame | None, *, runs: pd.DataFrame | None = None,
                       gradient_vs_lab: pd.DataFrame | None = None, shares: pd.DataFrame | None = None,
                       probe_rollouts: int = 64, set_name: str = "average",
-                      metrics: tuple[str, ...] = ("mean@8", "pass@8")) -> str:
-    """The positive control's paragraph (module docstring); "" when the paper's true-p arm did not run."""
+                      metrics: Sequence[str] | None = None) -> str:
+    """The positive control's paragraph (module docstring); "" when the paper's true-p arm did not run.
+    ``metrics``: the comparisons' mean@k and pass@k (k > 1) when not given."""
     oracle = oracle_arm(cmp_df)
     if oracle is None:
         return ""
+    if metrics is None:
+        names = [str(m) for m in pd.unique(cmp_df["metric"])]
+        metrics = [m for m in names if m.startswith(("mean@", "pass@")) and m != "pass@1"]
     rules = reading.load_rules()
     ann = reading.annotate(cmp_df, rules)
     part = ann[(ann["set"] == set_name) & (ann["arm"] == oracle) & (ann["metric"].isin(metrics))]

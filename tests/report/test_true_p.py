@@ -38,6 +38,9 @@ def test_every_paper_names_its_control_under_its_baseline():
     assert oracle_arm(_rows("RLOO+true-p", "RLOO", 0.0, False)) == "RLOO+true-p"
     assert oracle_arm(_rows("Other", "RLOO", 0.0, False)) is None
     assert true_p_conclusion(_rows("Other", "RLOO", 0.0, False)) == ""  # the control did not run: nothing said
+    at_k2 = _rows("RLOO+true-p", "RLOO", 0.0, False).replace({"metric": {"mean@8": "mean@2", "pass@8": "pass@2"}})
+    text = true_p_conclusion(at_k2)  # the profile's k, whatever it is
+    assert "- RLOO+true-p vs RLOO, mean@2:" in text and "- RLOO+true-p vs RLOO, pass@2:" in text
 
 
 @pytest.mark.parametrize("diff,sig,se,expect", [
