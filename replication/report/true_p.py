@@ -130,8 +130,9 @@ def true_p_conclusion(cmp_df: pd.DataFrame | None, *, runs: pd.DataFrame | None 
             why += f"; it is equivalent to {baseline} on {', '.join(eq)} (TOST)"
         if inc:
             why += f"; on {', '.join(inc)} the data are inconclusive (the interval above is all they show)"
-        why += (". At this scale reallocation had no measurable room to help, so a method's null below says "
-                "nothing about whether its allocation works.")
+        why += (". The control did not show that reallocation has room to help here" if inc else
+                ". At this scale reallocation had no room to help beyond the equivalence margin")
+        why += ", so a method's null below says nothing about whether its allocation works."
     shared = _share_lines(shares, set_name, metrics)
     if shared:
         why += ("\n\nEach method's share of the oracle's gain (tables/oracle_share.csv; only where the oracle's "
