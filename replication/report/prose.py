@@ -123,12 +123,30 @@ def predictor(root: Path) -> str:
 
 @block("vip-upper-bound")
 def vip_upper_bound(root: Path) -> str:
-    """VIP's allocation told p̂ by a 16-sample probe (RLOO+VIP-oracle: a noisy-p arm, not an upper
+    """VIP's allocation told p̂ by a 16-sample probe (RLOO+phat16: a noisy-p arm, not an upper
     bound) beside RLOO+VIP against the same baseline, read by conclusions.upper_bound_conclusion."""
     from replication.report.conclusions import upper_bound_conclusion
 
     cmp = pd.read_csv(paper_table(root, "vip", "comparisons.csv"))
     return upper_bound_conclusion(cmp) or "The arm told p̂ by a probe did not run."
+
+
+@block("true-p-controls")
+def true_p_controls(root: Path) -> str:
+    """Each paper's positive control (its +true-p arm) against its baseline, read by
+    true_p.true_p_conclusion from the paper's comparisons, gradient-variance and share tables."""
+    from replication.report.summary import PAPERS as LABELS
+    from replication.report.true_p import ORACLE_ARMS, true_p_conclusion
+
+    parts = []
+    for paper, label in LABELS.items():
+        cmp = pd.read_csv(paper_table(root, paper, "comparisons.csv"))
+        optional = {name: (pd.read_csv(p) if p.is_file() else None)
+                    for name, p in (("gv", paper_table(root, paper, "gradient_variance_vs_lab.csv")),
+                                    ("shares", paper_table(root, paper, "oracle_share.csv")))}
+        text = true_p_conclusion(cmp, gradient_vs_lab=optional["gv"], shares=optional["shares"])
+        parts.append(f"**{label}.** " + (text or f"{ORACLE_ARMS[paper]} is not in the committed results."))
+    return "\n\n".join(parts)
 
 
 @block("rollout-gdro-signal")

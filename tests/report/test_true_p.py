@@ -90,3 +90,15 @@ def test_the_paragraph_follows_the_reading_rules_in_the_conclusions():
     assert text.index("Holm-significant") < control  # the reading rules' definition comes first
     assert "noise-to-signal ×0.67" in text
     assert "RLOO+true-p is this paper's positive control" not in conclusions(comparisons=cmp[cmp["arm"] == "Method"])
+
+
+def test_the_readme_block_reads_every_paper_from_the_committed_results():
+    from pathlib import Path
+
+    from replication.report.prose import GENERATORS
+
+    root = Path(__file__).resolve().parents[2]
+    text = GENERATORS["true-p-controls"](root)
+    for label, arm in (("VIP", "RLOO+true-p"), ("DynaMO", "GRPO+true-p"), ("GDRO", "GRPO+true-p")):
+        part = text.split(f"**{label}.** ", 1)[1].split("\n\n**", 1)[0]
+        assert part.startswith((f"{arm} is this paper's positive control", f"{arm} is not in the committed results."))
