@@ -2,6 +2,7 @@
 
     python scripts/compare_runs.py c9a38f8            # every results/*/runs/*/s*/ run
     python scripts/compare_runs.py c9a38f8 --root .   # another checkout
+    python scripts/compare_runs.py 2689777 --renamed RLOO_VIP-oracle=RLOO_phat16   # an arm renamed since
 
 Every committed metrics.json, steps.jsonl, prompts.jsonl.gz and config.json under
 results/*/runs is read from the revision (``git show``) and from the working tree, and compared
@@ -56,15 +57,20 @@ def first_difference(a, b, path: str = "") -> str | None:
     return None if a == b else f"{path}: {a} != {b}"
 
 
-def compare(rev: str, root: Path) -> tuple[int, dict[str, str]]:
-    """(files compared, {file: first difference}) between ``rev`` and the working tree."""
+def compare(rev: str, root: Path, renamed: dict[str, str] | None = None) -> tuple[int, dict[str, str]]:
+    """(files compared, {file: first difference}) between ``rev`` and the working tree; ``renamed``
+    maps an arm folder of ``rev`` to its name in the working tree (the same runs under a new name)."""
+    renamed = renamed or {}
     files = subprocess.run(["git", "ls-tree", "-r", "--name-only", rev, "--", "results"], cwd=root,
                            capture_output=True, text=True, check=True).stdout.split()
     files = [f for f in files if "/runs/" in f and f.endswith(COMPARED)]
     differ = {}
     for f in files:
         old = subprocess.run(["git", "show", f"{rev}:{f}"], cwd=root, capture_output=True, check=True).stdout
-        new = root / f
+        parts = f.split("/")  # results/<paper>/runs/<arm>/s<seed>/<file>
+        if len(parts) > 3 and parts[3] in renamed:
+            parts[3] = renamed[parts[3]]
+        new = root / "/".join(parts)
         if not new.exists():
             differ[f] = "missing from the working tree"
             continue
@@ -78,8 +84,13 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("rev", help="the git revision whose exported runs the working tree is compared with")
     ap.add_argument("--root", type=Path, default=Path("."), help="the checkout (default: here)")
+    ap.add_argument("--renamed", action="append", default=[], metavar="OLD=NEW",
+                    help="an arm folder renamed since the revision (repeatable)")
     args = ap.parse_args()
-    n, differ = compare(args.rev, args.root)
+    bad = [r for r in args.renamed if r.count("=") != 1 or "" in r.split("=")]
+    if bad:
+        ap.error(f"--renamed takes OLD=NEW (an arm folder of the revision = its name now), got {bad}")
+    n, differ = compare(args.rev, args.root, dict(r.split("=") for r in args.renamed))
     print(f"compared {n} run files with {args.rev} (timings and provenance left out); {len(differ)} differ")
     for f, d in differ.items():
         print(f"  {f}: {d}")

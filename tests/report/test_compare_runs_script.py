@@ -47,3 +47,17 @@ def test_timings_and_provenance_do_not_count_but_a_number_does(tmp_path):
     assert "steps.jsonl: [0].loss" in p.stdout
     (run / "config.json").unlink()
     assert "config.json: missing from the working tree" in _compare(tmp_path).stdout
+
+
+def test_an_arm_renamed_since_the_revision_is_compared_under_its_new_name(tmp_path):
+    _write(tmp_path / "results/vip/runs/RLOO_VIP-oracle/s0", 0.5, 10.0, "aaaa")
+    _git(tmp_path, "init", "-q")
+    _git(tmp_path, "add", "-A")
+    _git(tmp_path, "commit", "-qm", "runs")
+    _git(tmp_path, "mv", "results/vip/runs/RLOO_VIP-oracle", "results/vip/runs/RLOO_phat16")
+    assert "missing from the working tree" in _compare(tmp_path).stdout
+    cmd = [sys.executable, str(SCRIPT), "HEAD", "--root", str(tmp_path), "--renamed", "RLOO_VIP-oracle=RLOO_phat16"]
+    p = subprocess.run(cmd, capture_output=True, text=True)
+    assert p.returncode == 0 and "compared 4 run files" in p.stdout and "0 differ" in p.stdout
+    p = subprocess.run([*cmd[:-1], "RLOO_VIP-oracle"], capture_output=True, text=True)
+    assert p.returncode == 2 and "--renamed takes OLD=NEW" in p.stderr
