@@ -143,13 +143,7 @@ def upper_bound_conclusion(cmp_df: pd.DataFrame, method: str = "RLOO+VIP", oracl
                + ", ".join(m for m, v in reads.items() if v == "loss")
                + ": with this probe, VIP's variance objective does not serve held-out accuracy here.")
     else:
-        eq = [m for m, v in reads.items() if v == "equivalent"]
-        inc = [m for m, v in reads.items() if v == "inconclusive"]
-        why = "Told p̂, the allocation shows no Holm-significant change"
-        if eq:
-            why += f"; it is equivalent to the baseline on {', '.join(eq)} (TOST)"
-        if inc:
-            why += f"; on {', '.join(inc)} the data are inconclusive (the interval above is all they show)"
+        why = "Told p̂, the allocation shows no Holm-significant change" + reading.null_reading(reads, "the baseline")
         why += (". The positive control told p (the paper's +true-p arm, when it ran) is what says whether "
                 "allocation had room at this scale.")
     return "\n".join(lines) + "\n\n" + why

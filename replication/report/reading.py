@@ -178,6 +178,17 @@ def phrase(r, rules: dict | None = None, scale: float = 100.0) -> str:
     return f"{head}, {verdict} ({ps})"
 
 
+def null_reading(reads: dict[str, str], against: str) -> str:
+    """What a set of not-significant readings ({metric: "equivalent" | "inconclusive"}) allows:
+    "; it is equivalent to <against> on mean@8 (TOST); on pass@8 the data are inconclusive (...)"."""
+    eq = [m for m, v in reads.items() if v == "equivalent"]
+    inc = [m for m, v in reads.items() if v == "inconclusive"]
+    text = f"; it is equivalent to {against} on {', '.join(eq)} (TOST)" if eq else ""
+    if inc:
+        text += f"; on {', '.join(inc)} the data are inconclusive (the interval above is all they show)"
+    return text
+
+
 def _merge_twins(rows: pd.DataFrame) -> pd.DataFrame:
     """A pooled row that is the same test as the average row (same_test_as) is named with it."""
     if "same_test_as" not in rows:

@@ -123,13 +123,8 @@ def true_p_conclusion(cmp_df: pd.DataFrame | None, *, runs: pd.DataFrame | None 
                f"variance objective, even with p known this well, does not serve held-out accuracy, so a "
                f"method's null below says nothing about whether its allocation works.")
     else:
-        eq = [m for m, v in reads.items() if v == "equivalent"]
-        inc = [m for m, v in reads.items() if v == "inconclusive"]
-        why = "Told p, allocation shows no Holm-significant change"
-        if eq:
-            why += f"; it is equivalent to {baseline} on {', '.join(eq)} (TOST)"
-        if inc:
-            why += f"; on {', '.join(inc)} the data are inconclusive (the interval above is all they show)"
+        inc = "inconclusive" in reads.values()
+        why = "Told p, allocation shows no Holm-significant change" + reading.null_reading(reads, baseline)
         why += (". The control did not show that reallocation has room to help here" if inc else
                 ". At this scale reallocation had no room to help beyond the equivalence margin")
         why += ", so a method's null below says nothing about whether its allocation works."
