@@ -21,7 +21,7 @@ import pytest
 
 from evidence.evidence_helpers import ROOT, cli, one_line_error, synthetic_run
 from replication.report import pipeline, runs, tables
-from replication.store.run_evidence import read_json, read_jsonl, run_folders, seal, verify_run
+from replication.store.run_evidence import claimed_key, read_json, read_jsonl, run_folders, seal, verify_run
 from replication.store import MANIFEST, DamagedArtifact, write_manifest
 
 SEEDS = (0, 1, 2)
@@ -170,7 +170,7 @@ def test_seal_checks_then_writes_the_manifest_and_never_reseals(tmp_path):
     (d / MANIFEST).unlink(missing_ok=True)
     assert "sealed (300 steps)" in seal(d)
     manifest = verify_run(d, kind="export")
-    assert manifest["extra"]["key"] == json.loads((d / "run.json").read_text())["key"]
+    assert manifest["extra"]["key"] == claimed_key(d)  # its key record (key.json; run.json before issue 34)
     assert "already sealed" in seal(d)
     # a damaged export is never blessed: cut its log, drop the manifest, seal again
     (d / "steps.jsonl").write_text("".join((d / "steps.jsonl").read_text().splitlines(True)[:100]))

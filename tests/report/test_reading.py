@@ -33,9 +33,16 @@ def _named(text: str, label: str, r) -> bool:
 
 
 def test_committed_tables_have_the_losses_the_issue_names():
-    rows = {(p, r.arm, r.set, r.metric, round(100 * r.diff, 1)) for p in PAPERS for r in _significant(p).itertuples()}
-    assert {("vip", "RLOO+VIP", "add2t3-heldout", "pass@8", -3.8), ("vip", "RLOO+phat16", "add2t3-heldout", "pass@8", -3.2),
-            ("dynamo", "DynaMO", "add2t3-heldout", "pass@8", -5.5)} <= rows
+    """The losses issue 37 named (Holm-significant then, in families without the true-p arms) are
+    in the committed tables with the same differences; whether each is Holm-significant now is the
+    table's to say, and the tests below check every one that is gets named."""
+    rows = {}
+    for p in PAPERS:
+        cmp = pd.read_csv(ROOT / "results" / p / "tables" / "comparisons.csv")
+        rows.update({(p, r.arm, r.set, r.metric): round(100 * r.diff, 1) for r in cmp.itertuples()})
+    named = {("vip", "RLOO+VIP", "add2t3-heldout", "pass@8"): -3.8, ("vip", "RLOO+phat16", "add2t3-heldout", "pass@8"): -3.2,
+             ("dynamo", "DynaMO", "add2t3-heldout", "pass@8"): -5.5}
+    assert {k: rows.get(k) for k in named} == named
 
 
 def test_readme_names_every_holm_significant_row():
@@ -52,7 +59,10 @@ def test_summary_generator_names_every_holm_significant_row(tmp_path):
     for paper, label in PAPERS.items():
         for r in _significant(paper).itertuples():
             assert _named(text, label, r), f"summary misses {label} {r.arm} {r.set} {r.metric}"
-    assert "- GDRO: none of its 24 tests is Holm-significant." in text
+    for paper, label in PAPERS.items():  # a paper without one says so, with the size of its family
+        cmp = pd.read_csv(ROOT / "results" / paper / "tables" / "comparisons.csv")
+        if _significant(paper).empty:
+            assert f"- {label}: none of its {int(reading._family(cmp).sum())} tests is Holm-significant." in text
 
 
 @pytest.mark.parametrize("paper", list(PAPERS))
