@@ -128,8 +128,8 @@ def test_status_shows_the_exports_where_the_stage_writes_them(tmp_path, monkeypa
     _apply(proj / "params.yaml", "profile=smoke", "vip.seeds=[0]")
     assert paper_place("vip", "params.yaml", load_params("params.yaml")).root.name.startswith("smoke-")
     head, rows = paper_status("vip", "params.yaml", ".cache/runs")
-    assert head.startswith("vip: profile smoke, 3 arms x 1 seeds, exports in workspace/smoke/vip/runs,"), head
-    assert [r.state for r in rows] == ["missing"] * 3
+    assert head.startswith("vip: profile smoke, 4 arms x 1 seeds, exports in workspace/smoke/vip/runs,"), head
+    assert [r.state for r in rows] == ["missing"] * 4  # RLOO, RLOO+VIP, RLOO+phat16, RLOO+true-p
     _apply(proj / "params.yaml", "profile=default", "scale=paper", "vip.scales.paper.shape.processes=1")
     head, _ = paper_status("vip", "params.yaml", ".cache/runs")
     assert head.startswith("vip: profile paper-vip, 4 arms x 3 seeds, exports in workspace/paper/vip/runs,"), head
