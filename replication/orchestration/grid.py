@@ -190,6 +190,37 @@ def run_grid(
     return pd.DataFrame(rows).sort_values(["arm", "seed"], key=lambda c: c.map(order) if c.name == "arm" else c).reset_index(drop=True)
 
 
+def prune_exports(runs_dir: str | Path, keep: set[tuple[str, int]]) -> list[Path]:
+    """Remove the exported runs under ``runs_dir`` (``<arm>/s<seed>`` folders holding a manifest)
+    that are not the grid's ``keep`` (arm name, seed), with their writer-lock files and emptied
+    arm folders; return what went. A paper's folder then holds exactly the runs of the grid that
+    wrote it: an arm dropped or renamed in params.yaml leaves no runs behind for the paper's
+    manifest to seal. Called once the whole grid is exported; other files are never touched."""
+    import re
+    import shutil
+
+    from replication.store import MANIFEST
+
+    runs_dir = Path(runs_dir)
+    wanted = {(_slug(a), f"s{s}") for a, s in keep}
+    removed = []
+    for seed_dir in sorted(runs_dir.glob("*/s*")):
+        arm_dir = seed_dir.parent
+        if (not seed_dir.is_dir() or not re.fullmatch(r"s\d+", seed_dir.name) or arm_dir.name.startswith(".")
+                or (arm_dir.name, seed_dir.name) in wanted or not (seed_dir / MANIFEST).is_file()):
+            continue
+        shutil.rmtree(seed_dir)
+        (arm_dir / f".{seed_dir.name}.lock").unlink(missing_ok=True)
+        removed.append(seed_dir)
+    for arm_dir in {p.parent for p in removed}:
+        if arm_dir.is_dir() and not any(arm_dir.iterdir()):
+            arm_dir.rmdir()
+    if removed:
+        print(f"removed {len(removed)} exported run(s) that are not in this grid (an arm or seed no longer run): "
+              + ", ".join(f"{p.parent.name}/{p.name}" for p in removed[:12]) + (" ..." if len(removed) > 12 else ""))
+    return removed
+
+
 # ----------------------------------------------------------------------------- params.yaml
 
 
@@ -251,5 +282,6 @@ def run_paper(section: str, params_file: str | Path | None = None, out_root: str
     published = [] if place.published else [Path(RESULTS) / section / "runs"]  # a trial reuses them
     runs = run_grid(sec["profile"], arm_list, seed_list, out / "runs", steps=n_steps,
                     workers=workers or sec["workers"], published=published, launcher=launch, shape=shape)
+    prune_exports(out / "runs", {(a.name, s) for a in arm_list for s in seed_list})
     return load_paper_run(section, sec["profile"], seed_list, [a.name for a in arm_list],
                           sec.get("baseline") or {}, products, runs)

@@ -156,3 +156,26 @@ def test_the_grid_hands_its_launcher_to_every_run(tmp_path, monkeypatch):
         grid.run_grid("smoke", arms, [2], tmp_path / "out", steps=2, cache=tmp_path / "c",
                       launcher={"gpus": []}, shape={"gpus_per_process": 1})
     assert len(launchers) == 2
+
+
+def test_a_paper_folder_keeps_only_the_runs_of_its_grid(tmp_path, monkeypatch):
+    """An arm dropped or renamed in params.yaml (RLOO+VIP-oracle -> RLOO+phat16) left its exports
+    in results/<paper>/runs, where the paper's manifest sealed them beside the new ones: run_paper
+    now removes every export that is not in its grid, and nothing else."""
+    calls: list = []
+    monkeypatch.setattr(grid, "ensure_run", _fake_training(calls))
+    monkeypatch.setattr(grid, "load_paper_run", lambda *a: a[-1])  # the grid's rows; reading them is tested elsewhere
+    monkeypatch.chdir(tmp_path)  # the run cache (.cache/runs, relative) of this test, not the checkout's
+    params, out = _params(tmp_path), tmp_path / "out"
+    grid.run_paper("paper", params, out, seeds=[0, 1])
+    runs = out / "paper" / "runs"
+    assert sorted(p.parent.name + "/" + p.name for p in runs.glob("*/s*")) == ["A/s0", "A/s1", "B/s0", "B/s1"]
+    (runs / "B" / "notes.txt").write_text("mine")  # not an export: never touched
+    (runs / "A" / "s7").mkdir()  # no manifest: not an export either
+    rows = grid.run_paper("paper", params, out, seeds=[0], arms=["A"])
+    assert sorted(p.parent.name + "/" + p.name for p in runs.glob("*/s*")) == ["A/s0", "A/s7"]
+    assert (runs / "B" / "notes.txt").exists() and not list((runs / "B").glob(".s*.lock"))
+    assert list(rows["arm"]) == ["A"] and calls == [("A", 0), ("B", 0), ("A", 1), ("B", 1)]  # nothing retrained
+    (runs / "B" / "notes.txt").unlink()
+    grid.run_paper("paper", params, out, seeds=[0, 1], arms=["B"])  # B again: trained anew, A's runs go
+    assert sorted(p.parent.name + "/" + p.name for p in runs.glob("*/s*")) == ["A/s7", "B/s0", "B/s1"]
