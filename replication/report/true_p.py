@@ -111,6 +111,11 @@ def true_p_conclusion(cmp_df: pd.DataFrame | None, *, runs: pd.DataFrame | None 
     for metric in metrics:
         for r in part[part["metric"] == metric].itertuples():
             lines.append(f"- {oracle} vs {r.baseline}, {metric}: {reading.phrase(r, rules)}.")
+    sig = reading.significant_rows(cmp_df, rules)
+    elsewhere = sig[(sig["arm"] == oracle) & (sig["set"] != set_name)] if not sig.empty else sig
+    if not elsewhere.empty:
+        lines.append(f"On single held-out sets, every {rules['significant']} difference of {oracle}:")
+        lines += [f"- {r.set_label} {r.metric}: {reading.phrase(r, rules)}." for r in elsewhere.itertuples()]
     extra = " ".join(t for t in (_gradient_line(gradient_vs_lab, baseline), _cost_line(runs, oracle, baseline)) if t)
     reads = dict(zip(part["metric"], part["reading"]))
     gains = [m for m, v in reads.items() if v == "gain"]
@@ -124,10 +129,19 @@ def true_p_conclusion(cmp_df: pd.DataFrame | None, *, runs: pd.DataFrame | None 
                f"method's null below says nothing about whether its allocation works.")
     else:
         inc = "inconclusive" in reads.values()
-        why = "Told p, allocation shows no Holm-significant change" + reading.null_reading(reads, baseline)
+        why = (f"Told p, allocation shows no Holm-significant change on the {set_name} set"
+               + reading.null_reading(reads, baseline))
         why += (". The control did not show that reallocation has room to help here" if inc else
                 ". At this scale reallocation had no room to help beyond the equivalence margin")
         why += ", so a method's null below says nothing about whether its allocation works."
+    lost = ([f"{r.set_label} {r.metric}" for r in elsewhere[elsewhere["reading"] == "loss"].itertuples()]
+            if not elsewhere.empty else [])
+    if lost:
+        loss = "loss" if len(lost) == 1 else "losses"
+        why += (f" Its {rules['significant']} {loss} on {', '.join(lost)} {'is' if len(lost) == 1 else 'are'} the "
+                f"allocation's own: it is the one "
+                f"difference from {baseline}, and VIP's program gives the fewest rollouts (L) to prompts whose p "
+                f"is near 0 or 1.")
     shared = _share_lines(shares, set_name, metrics)
     if shared:
         why += ("\n\nEach method's share of the oracle's gain (tables/oracle_share.csv; only where the oracle's "

@@ -102,3 +102,19 @@ def test_the_readme_block_reads_every_paper_from_the_committed_results():
     for label, arm in (("VIP", "RLOO+true-p"), ("DynaMO", "GRPO+true-p"), ("GDRO", "GRPO+true-p")):
         part = text.split(f"**{label}.** ", 1)[1].split("\n\n**", 1)[0]
         assert part.startswith((f"{arm} is this paper's positive control", f"{arm} is not in the committed results."))
+
+
+def test_a_holm_significant_difference_on_a_single_set_is_named_and_read():
+    """VIP's re-run: RLOO+true-p is equivalent on the average mean@8 but loses pass@8 on the
+    hardest held-out set (Holm-significant): the paragraph must not stop at the average."""
+    cmp = _rows("RLOO+true-p", "RLOO", 0.001, False)
+    hard = cmp[cmp["arm"] == "RLOO+true-p"].assign(set="add2t3-heldout", diff=-0.052, lo=-0.074, hi=-0.029,
+                                                   p=0.0005, p_holm=0.014, significant=True, significant_holm=True)
+    text = true_p_conclusion(pd.concat([cmp, hard], ignore_index=True))
+    assert "On single held-out sets, every Holm-significant difference of RLOO+true-p:" in text
+    assert "- add2t3-heldout mean@8: \u22125.2 pts [" in text and "- add2t3-heldout pass@8: \u22125.2 pts [" in text
+    assert "no Holm-significant change on the average set" in text
+    assert "losses on add2t3-heldout mean@8, add2t3-heldout pass@8 are the allocation's own" in text
+    one = pd.concat([cmp, hard[hard["metric"] == "pass@8"]], ignore_index=True)
+    assert "Holm-significant loss on add2t3-heldout pass@8 is the allocation's own" in true_p_conclusion(one)
+    assert "On single held-out sets" not in true_p_conclusion(cmp)
