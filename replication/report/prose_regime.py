@@ -199,6 +199,12 @@ def _clock(stamp: str) -> str:
     return t.strftime("%Y-%m-%d %H:%M")
 
 
+def _span(first, last) -> str:
+    """'2026-12-02 13:07–13:43' within a day, both dates when it crosses one."""
+    a, b = _clock(str(first)), _clock(str(last))
+    return f"{a}–{b[-5:]}" if a[:10] == b[:10] else f"{a} – {b}"
+
+
 @block("rerun-time")
 def rerun_time(root: Path) -> str:
     """docs/regime.md "Time": per paper stage, the runs it exports — when each was exported
@@ -224,13 +230,15 @@ def rerun_time(root: Path) -> str:
         firsts.append(min(created))
         lasts.append(max(created))
         n_total += len(manifests)
-        lines.append(f"| {label} | {len(manifests)} | {_clock(str(min(created)))}–{_clock(str(max(created)))[-5:]} | "
+        lines.append(f"| {label} | {len(manifests)} | {_span(min(created), max(created))} | "
                      f"{sum(walls) / 60:.0f} min ({statistics.median(walls):.0f} s) | "
                      f"{(end - start).total_seconds() / 60:.0f} min ({_clock(pm['start_time'])}–"
                      f"{_clock(pm['end_time'])[-5:]}) | {during} |")
     span = (max(lasts) - min(firsts)).total_seconds() / 60
-    lines.append(f"| **all** | {n_total} | {_clock(str(min(firsts)))}–{_clock(str(max(lasts)))[-5:]} "
-                 f"(**{span:.0f} min**) | | | |")
+    if len(digests) == 1:
+        lines.append(f"| **all** | {n_total} | {_span(min(firsts), max(lasts))} (**{span:.0f} min**) | | | |")
+    else:  # stages trained by different code: no one re-run to time
+        lines.append(f"| **all** | {n_total} | runs of {len(digests)} code digests: not one re-run, no total | | | |")
     lines += ["", "Code digest of the runs: " + ", ".join(sorted(digests)) + "; commits named in their provenance: "
               + ", ".join(sorted(commits)) + "."]
     return "\n".join(lines)

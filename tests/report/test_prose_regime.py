@@ -146,13 +146,13 @@ def test_gp_synthetic_block_labels_the_code_the_study_names(tmp_path):
 
 
 def _exported(root: Path, paper: str, created: list[str], walls: list[float], nb: tuple[str, str],
-              commit: str = "abcdef0123") -> None:
+              commit: str = "abcdef0123", digest: str = "d1g3st") -> None:
     for i, (c, w) in enumerate(zip(created, walls)):
         run = root / "results" / paper / "runs" / "ARM" / f"s{i}"
         run.mkdir(parents=True)
         (run / "MANIFEST.json").write_text(json.dumps({"created": c, "files": {}}))
         (run / "metrics.json").write_text(json.dumps({"wall_seconds": w, "provenance": {
-            "code_digest": "d1g3st", "commit": commit, "dirty": i == 0}}))
+            "code_digest": digest, "commit": commit, "dirty": i == 0}}))
     (root / "results" / paper / f"{paper}.ipynb").write_text(json.dumps(
         {"metadata": {"papermill": {"start_time": nb[0], "end_time": nb[1]}}, "cells": []}))
     from replication.store.products import write_products_manifest
@@ -178,3 +178,19 @@ def test_rerun_time_is_read_from_the_exports_and_the_notebooks(tmp_path):
     assert "| **all** | 7 | 2026-12-02 06:19–07:43 (**84 min**) |" in text
     assert "Code digest of the runs: d1g3st; commits named in their provenance: 1234567, 1234567 (dirty), " \
            "abcdef0, abcdef0 (dirty)." in text
+
+
+def test_rerun_time_of_stages_from_different_reruns_gives_no_total(tmp_path):
+    """A re-run under way: one stage's runs are new (another code digest, another day); the
+    table says so instead of timing one "re-run" across days, and a window crossing a day gives
+    both dates."""
+    root = tmp_path
+    _exported(root, "vip", ["2026-12-06T23:50:00Z", "2026-12-07T00:20:00Z"], [60.0, 60.0],
+              ("2026-12-06T23:45:00+00:00", "2026-12-07T00:30:00+00:00"), digest="new")
+    for paper in ("dynamo", "gdro"):
+        _exported(root, paper, ["2026-12-02T07:04:00Z", "2026-12-02T07:14:00Z"], [30.0, 90.0],
+                  ("2026-12-02T07:03:30+00:00", "2026-12-02T07:17:00+00:00"), digest="old")
+    text = prose.GENERATORS["rerun-time"](root)
+    assert "| VIP | 2 | 2026-12-06 23:50 – 2026-12-07 00:20 | 2 min (60 s) |" in text
+    assert "| **all** | 6 | runs of 2 code digests: not one re-run, no total |" in text
+    assert "Code digest of the runs: new, old;" in text
