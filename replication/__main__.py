@@ -302,9 +302,7 @@ def _main(args: argparse.Namespace) -> int:
             check_summaries("--beside", args.beside)
         if args.readme:  # before writing anything: the README shows only the published default
             check_published(args.results, args.beside)
-        # the positive-control verdict opens the page, as the `report` stage writes it (the study
-        # lives in the repository's results/regime; the command runs from the repository root)
-        text = write_summary(args.results, args.out, beside=args.beside, positive_control_root=Path("."))
+        text = write_summary(args.results, args.out, beside=args.beside)
         if args.readme:
             update_readme(args.readme, text)
         print(text)

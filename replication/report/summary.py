@@ -98,12 +98,22 @@ def check_published(results: str | Path, beside: str | Path | None = None) -> No
                               f"committed results (README, \"Trying things\")")
 
 
+BESIDE = "beside"
+"""``write_summary``'s default study root: the folder that holds ``results`` when
+``results/regime/positive_control/study.json`` exists (what ``python -m replication report
+--results results`` run from the repository root reads, as the ``report`` stage does), else none."""
+
+
 def write_summary(results: str | Path, out: str | Path, beside: str | Path | None = None,
-                  positive_control_root: str | Path | None = None) -> str:
+                  positive_control_root: str | Path | None = BESIDE) -> str:
     """Write the summary page of ``results`` (and, after each paper's rows, those of ``beside``).
     ``positive_control_root``: the repository root whose results/regime holds the positive-control
-    study; its verdict (report.positive_control.verdict_text) opens the page (issue 37)."""
+    study; its verdict (report.positive_control.verdict_text) opens the page (issue 37). None: no
+    verdict; ``BESIDE`` (default): the study beside ``results``, when there is one."""
     results, out = Path(results), Path(out)
+    if isinstance(positive_control_root, str) and positive_control_root == BESIDE:
+        study = results / "regime" / "positive_control" / "study.json"
+        positive_control_root = results.resolve().parent if study.is_file() else None
     if beside is None:
         rows = summary_rows(results)
     else:

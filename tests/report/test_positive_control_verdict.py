@@ -81,7 +81,10 @@ def test_it_opens_the_conclusions_and_the_summary(tmp_path):
     assert conclusions(positive_control=text, comparisons=None).startswith(text)
     page = write_summary(tmp_path / "results", tmp_path / "summary.md", positive_control_root=root)
     assert page.splitlines()[2] == text
-    assert text not in write_summary(tmp_path / "results", tmp_path / "summary2.md")
+    assert text not in write_summary(tmp_path / "results", tmp_path / "summary2.md", positive_control_root=None)
+    # by default the study beside the results folder (results/regime) opens the page, as the
+    # `report` stage writes it: `python -m replication report --results results` gives the same page
+    assert write_summary(root / "results", tmp_path / "summary3.md").splitlines()[2] == verdict_text(root)
 
 
 def test_the_committed_outputs_verify_and_read():
