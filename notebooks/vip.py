@@ -37,7 +37,7 @@ gradvar_draws = None       # rollout sets per allocator and checkpoint (gradient
 # profiles (results/base-model, results/encoder) are the repository's, so the kernel works from its
 # root (replication/paths.py: the folder with dvc.yaml and params.yaml; running this again is a no-op).
 from replication.paths import enter_repo_root
-enter_repo_root()  # the working directory is the repository root from here on (not printed: a machine path)
+_root = enter_repo_root()  # the working directory is the repository root from here on (not printed: a machine path)
 
 # %%
 # Cached results load; only runs missing from the output folder and the run cache (.cache/runs) train.
