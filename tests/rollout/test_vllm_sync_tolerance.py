@@ -18,6 +18,15 @@ from replication.rollout.vllm_weight_sync import DEFAULT_TOLERANCE
 PROFILES = sorted(p.stem for p in (Path(__file__).resolve().parents[2] / "replication" / "profiles").glob("*.yaml"))
 
 
+def _bf16_vllm(name: str) -> bool:
+    cfg = load_profile(name)
+    return cfg.model.dtype == "bfloat16" and cfg.rollout.engine == "vllm" and cfg.rollout.vllm.sync_check
+
+
+BF16_VLLM = [name for name in PROFILES if _bf16_vllm(name)]
+"""The built-in profiles that sample with vLLM in bfloat16 and check each sync (the paper ones)."""
+
+
 def bf16_spacing(magnitude: float) -> float:
     """Distance between adjacent bfloat16 values at ``magnitude`` (8 significant bits)."""
     import math
@@ -40,11 +49,12 @@ def test_the_in_code_default_is_below_the_spacing():
     assert DEFAULT_TOLERANCE["bfloat16"] < bf16_spacing(16.0)
 
 
-@pytest.mark.parametrize("name", PROFILES)
+def test_the_paper_profiles_are_among_them():
+    assert {"paper-vip", "paper-dynamo", "paper-gdro"} <= set(BF16_VLLM), BF16_VLLM
+
+
+@pytest.mark.parametrize("name", BF16_VLLM)
 def test_a_bf16_vllm_profile_tolerates_bf16_rounding(name):
-    cfg = load_profile(name)
-    if cfg.model.dtype != "bfloat16" or cfg.rollout.engine != "vllm" or not cfg.rollout.vllm.sync_check:
-        pytest.skip(f"{name}: not a bfloat16 vLLM profile with the sync check")
-    tol = cfg.rollout.vllm.sync_check_tolerance
+    tol = load_profile(name).rollout.vllm.sync_check_tolerance
     assert tol is not None, f"{name}: the default bf16 tolerance {DEFAULT_TOLERANCE['bfloat16']} is below bf16's spacing"
     assert bf16_spacing(16.0) <= tol < 1.0, (name, tol)
