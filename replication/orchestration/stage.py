@@ -322,14 +322,19 @@ def _paper_stage(paper: str, params_file: str | Path, dest: Path, spec: str | No
         cmd += ["-p", "profile", spec]
     env = {**os.environ, PRODUCTS_ENV: str(staging.resolve()), LOCK_ENV: str(dest.resolve())}
     proc = spawn_bound(cmd, env=env)  # before any thread starts (see spawn_bound)
-    swapping = threading.Lock()
+    # Once papermill is gone, exactly one of two threads finishes the stage: the main thread (papermill
+    # ended, or a signal reached us) or the launcher watchdog (dvc died). The watchdog holds this lock
+    # from the moment it starts until os._exit, so the main thread, woken by the papermill death the
+    # watchdog caused, waits here instead of cleaning up beside it (both removing staging/, one moving
+    # the executed notebook the other deletes, the process exiting with staging/ half removed).
+    finishing = threading.Lock()
 
     def launcher_gone() -> None:  # dvc (or whoever started us) died: take everything down
-        with swapping:
-            print(f"stage {paper}: launcher gone; stopping papermill and its kernel", file=sys.stderr, flush=True)
-            kill_tree(proc, grace_s=5.0)
-            shutil.rmtree(staging, ignore_errors=True)
-            os._exit(137)
+        finishing.acquire()  # never released: os._exit below ends the process
+        print(f"stage {paper}: launcher gone; stopping papermill and its kernel", file=sys.stderr, flush=True)
+        kill_tree(proc, grace_s=5.0)
+        shutil.rmtree(staging, ignore_errors=True)
+        os._exit(137)
 
     watch_launcher(launcher_gone)
 
@@ -340,13 +345,20 @@ def _paper_stage(paper: str, params_file: str | Path, dest: Path, spec: str | No
     try:
         rc = proc.wait()
     except _Stopped as stop:
-        print(f"stage {paper}: stopped by {stop}; {dest} left as it was", file=sys.stderr, flush=True)
-        kill_tree(proc)
-        shutil.rmtree(staging, ignore_errors=True)
-        return 128 + stop.signum
+        with finishing:
+            print(f"stage {paper}: stopped by {stop}; {dest} left as it was", file=sys.stderr, flush=True)
+            kill_tree(proc)
+            shutil.rmtree(staging, ignore_errors=True)
+            return 128 + stop.signum
     finally:
         for s, h in previous.items():
             signal.signal(s, h)
+    with finishing:
+        return _finish(paper, params_file, dest, staging, executed, rc)
+
+
+def _finish(paper: str, params_file: str | Path, dest: Path, staging: Path, executed: Path, rc: int) -> int:
+    """After papermill exited with ``rc``: swap the products in, or leave ``dest`` as it was."""
     if rc != 0:
         kept = ""
         detached = detached_runs(executed)
@@ -360,9 +372,8 @@ def _paper_stage(paper: str, params_file: str | Path, dest: Path, spec: str | No
             return rc
         print(f"stage {paper}: papermill exited with {rc}; {dest} left as it was{kept}", file=sys.stderr)
         return rc
-    with swapping:
-        names = swap_products(staging, dest, seal=lambda: seal_products(dest, paper))
-        shutil.rmtree(staging, ignore_errors=True)
+    names = swap_products(staging, dest, seal=lambda: seal_products(dest, paper))
+    shutil.rmtree(staging, ignore_errors=True)
     print(f"stage {paper}: {', '.join(names)} swapped into {dest}, sealed by {dest / MANIFEST}")
     return 0
 

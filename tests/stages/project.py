@@ -3,8 +3,8 @@ results tree, and fake paper notebooks that do what the real ones do to the disk
 claim their output folder (replication.orchestration.workspace), export a "run", write tables,
 figures and summary.json into the products folder (the fake results/<paper> folders are sealed
 with their products manifest, as the stage seals them); with ``FAKE_HANG=<file>`` they start a
-"trainer" bound to the kernel as the grid's are, write "<kernel pid> <trainer pid>" to the file
-and wait; with ``FAKE_FAIL=1`` a cell fails after the products are written, with
+"trainer" bound to the kernel as the grid's are (with ``FAKE_STUBBORN=1`` one that ignores SIGTERM
+and outlives the kernel instead), write "<kernel pid> <trainer pid>" to the file and wait; with ``FAKE_FAIL=1`` a cell fails after the products are written, with
 ``FAKE_DETACH=<message>`` a cell raises GridDetached(message) as a detached SLURM grid does.
 ``make_project(..., real=("vip",))`` puts the real notebook of those papers in, with what it needs
 to train for real: the committed base model and the real encoder export (the `encoder` stage)."""
@@ -54,8 +54,10 @@ for name in ("tables", "figures"):
 
 HANG = '''hang = os.environ.get("FAKE_HANG")
 if hang:
-    trainer = subprocess.Popen([sys.executable, "-c", "import sys, time; from replication.interrupts import "
-                                "die_with_parent; die_with_parent(int(sys.argv[1])); time.sleep(600)", str(os.getpid())])
+    bound = ("import signal, sys, time; signal.signal(signal.SIGTERM, signal.SIG_IGN); time.sleep(600)"
+             if os.environ.get("FAKE_STUBBORN") else "import sys, time; from replication.interrupts import "
+             "die_with_parent; die_with_parent(int(sys.argv[1])); time.sleep(600)")
+    trainer = subprocess.Popen([sys.executable, "-c", bound, str(os.getpid())])
     open(hang + ".tmp", "w").write(f"{os.getpid()} {trainer.pid}")
     os.replace(hang + ".tmp", hang)
     time.sleep(600)
