@@ -72,8 +72,9 @@ class VLLMSection:
     """After every sync, compare vLLM's teacher-forced log-probs on a fixed probe sequence
     with the trainer's; a mismatch above ``sync_check_tolerance`` raises (no partial loads)."""
     sync_check_tolerance: float | None = None
-    """Largest allowed mean |Δ log p| on the probe; None = 1e-3 for float32, 5e-2 for
-    bfloat16/float16 (kernel differences between vLLM and the trainer)."""
+    """Largest allowed mean |Δ log p| on the probe; None = 1e-3 for float32, 0.25 for bfloat16
+    (twice bf16's spacing of a logit of magnitude 16-32, 0.125: two right computations differ by
+    that much), 5e-2 for float16 (``rollout.vllm_weight_sync.DEFAULT_TOLERANCE``)."""
     enable_prefix_caching: bool = True
     """Share prompt KV blocks across a prompt's rollouts (the cache is reset after each sync)."""
     enable_chunked_prefill: bool | None = None

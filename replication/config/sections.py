@@ -64,6 +64,14 @@ class OptimConfig:
     the CPU profiles, whose numbers are committed, keep torch's default loop (FSDP: the
     multi-tensor foreach, whose DTensor dispatch is per op, not per parameter); the paper-scale
     GPU profiles set it, as GPU RL trainers do. benchmarks/bench_update_costs.py times both."""
+    master_weights: bool = True
+    """Step bfloat16/float16 parameters through float32 copies (train/master_weights.py): the
+    optimizer state holds a float32 copy of each such parameter and float32 moments, and each
+    step rounds the copy into the parameter. The papers train with verl, whose FSDP workers keep
+    float32 parameters and optimizer state and compute in bf16 (mixed precision); without the
+    copies a bf16 weight does not move under an update below its rounding step (at lr 1e-6 most
+    weights never move). No effect on float32 parameters (every CPU profile: their numbers are
+    unchanged). False: plain ``torch.optim.AdamW`` over the parameters in ``model.dtype``."""
 
 
 @dataclasses.dataclass

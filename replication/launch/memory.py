@@ -6,11 +6,12 @@
 
 The rule, per GPU (one rank per GPU):
 
-- **Training state**: weights, gradients and the two AdamW moments, all four in ``model.dtype``
-  (``train/components.py`` builds ``torch.optim.AdamW`` over the policy's own parameters and no
-  mixed-precision policy is applied, ``train/fsdp.py``): 4 × 2 = 8 bytes per parameter in
-  bfloat16, 16 in float32 (what verl's fp32 master weights cost, and this trainer on CPU). A full
-  replica per rank under ``model.sharding: replicate``, 1/world of it under ``fsdp``. Add the
+- **Training state** (``train_state_bytes``): weights and gradients in ``model.dtype``; with
+  ``optim.master_weights`` (the default) a bf16/fp16 parameter's optimizer state is a float32
+  copy and two float32 AdamW moments (``train/master_weights.py``): 2 + 2 + 3 × 4 = 16 bytes per
+  parameter in bfloat16, what verl's float32 master weights cost too; without it the moments are
+  in ``model.dtype`` (4 × 2 = 8 bytes); float32 is 4 × 4 = 16 either way (this trainer on CPU).
+  A full replica per rank under ``model.sharding: replicate``, 1/world of it under ``fsdp``. Add the
   frozen reference policy when ``rl.kl_coef > 0`` (weights only, sharded like the policy) and,
   under FSDP with the HF engine, the full generation copy it samples from.
 - **The engine's reserved share**: vLLM pre-allocates ``gpu_memory_utilization`` × the GPU's
@@ -42,8 +43,8 @@ from typing import Any
 
 GIB = 1024**3
 DTYPE_BYTES = {"float32": 4, "bfloat16": 2, "float16": 2}
-TRAIN_TENSORS = 4
-"""Weights, gradients, AdamW's exp_avg and exp_avg_sq: each one value per parameter in ``model.dtype``."""
+MASTER_TENSORS = 3
+"""With float32 master weights: the float32 copy, exp_avg and exp_avg_sq of each low-precision parameter."""
 ACTIVATION_SHARE = 0.10
 """The margin for activations, CUDA context and fragmentation, as a share of the GPU's memory."""
 LOGIT_BYTES = 10
@@ -133,7 +134,7 @@ class GpuMemory:
     sharding: str
     """'replicate' or 'fsdp' (as the trainer will run: one rank never shards)."""
     bytes_per_parameter: int
-    """Of the training state: ``TRAIN_TENSORS`` × the size of ``model.dtype``."""
+    """Of the training state (``train_state_bytes``)."""
     train_state_gib: float
     """Weights, gradients and AdamW moments on this GPU."""
     reference_gib: float
@@ -217,6 +218,16 @@ class GpuMemory:
         return d
 
 
+def train_state_bytes(dtype: str, master_weights: bool = True) -> int:
+    """Bytes of training state per parameter: weight and gradient in ``dtype``, and AdamW's two
+    moments in ``dtype``, or with master weights (a low-precision ``dtype``) a float32 copy and
+    two float32 moments (train/master_weights.py)."""
+    size = DTYPE_BYTES.get(dtype, 4)
+    if master_weights and size < 4:
+        return 2 * size + MASTER_TENSORS * 4
+    return 4 * size
+
+
 def engine_of(cfg: Any) -> tuple[str, int]:
     """('vllm', tensor_parallel_size) or ('hf', 1)."""
     name = getattr(cfg.rollout, "engine", "hf")
@@ -264,10 +275,11 @@ def gpu_memory(cfg: Any, world: int, gpu_gib: float, sharded: bool | None = None
         kv_one = seq * geo.kv_bytes_per_token(dtype_bytes) / tp / GIB
         engine_share = (engine_weights + v.kv_cache_gib if v.kv_cache_gib is not None
                         else v.gpu_memory_utilization * gpu_gib)
+    state_bytes = train_state_bytes(cfg.model.dtype, bool(getattr(cfg.optim, "master_weights", True)))
     return GpuMemory(
         gpu_gib=float(gpu_gib), model=cfg.model.path, world=world, sharding="fsdp" if fsdp else "replicate",
-        bytes_per_parameter=TRAIN_TENSORS * dtype_bytes,
-        train_state_gib=TRAIN_TENSORS * weights * share,
+        bytes_per_parameter=state_bytes,
+        train_state_gib=geo.parameters * state_bytes / GIB * share,
         reference_gib=weights * share if cfg.rl.kl_coef > 0 else 0.0,
         generation_copy_gib=weights if fsdp and engine == "hf" else 0.0,
         engine=engine, engine_share_gib=engine_share, engine_weights_gib=engine_weights,

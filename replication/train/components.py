@@ -20,6 +20,7 @@ from replication.rl.modulation import MODULATIONS
 from replication.models.loading import save_pretrained_named
 from replication.store import staged_dir
 from replication.train.distributed import World, engine_group_size
+from replication.train.master_weights import MasterWeightAdamW
 from replication.train.sampler import EpochSampler
 from replication.tasks.data import PromptSet, build_data
 from replication.tasks.input_checks import check_run_inputs
@@ -224,8 +225,9 @@ def build_components(cfg: TrainConfig, world: World = World()) -> Components:
     # optim.fused: one kernel over all parameters. Otherwise torch's default loop (the committed
     # numbers), or under FSDP the multi-tensor AdamW (one DTensor dispatch per op for all shards)
     kernel = {"fused": True} if o.fused else {"foreach": True if world.fsdp else None}
-    optimizer = torch.optim.AdamW(model.parameters(), lr=o.lr, weight_decay=o.weight_decay,
-                                  betas=tuple(o.betas), **kernel)
+    # optim.master_weights: bf16 parameters step through float32 copies (train/master_weights.py)
+    adamw = MasterWeightAdamW if o.master_weights else torch.optim.AdamW
+    optimizer = adamw(model.parameters(), lr=o.lr, weight_decay=o.weight_decay, betas=tuple(o.betas), **kernel)
     warm = max(o.warmup_steps * cfg.rl.mini_batches * cfg.rl.ppo_epochs, 0)
     scheduler = torch.optim.lr_scheduler.LambdaLR(
         optimizer, lambda i: min(1.0, (i + 1) / warm) if warm > 0 else 1.0

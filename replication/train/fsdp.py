@@ -28,8 +28,10 @@ its own share of a step's prompt groups (train/distributed.py). What this module
 - checkpoints and the saved model hold FULL state dicts (gathered on every rank, written by rank
   0), so a sharded run resumes from its own checkpoint exactly and its model folder loads anywhere.
 
-Activation checkpointing and a bf16 mixed-precision policy are not applied: the parameters keep
-``model.dtype`` (bf16 on GPU at paper scale, as the papers train).
+Activation checkpointing and FSDP's mixed-precision policy are not applied: the parameters keep
+``model.dtype`` (bf16 on GPU at paper scale), and with ``optim.master_weights`` the optimizer
+steps each bf16 shard through a float32 copy of it (train/master_weights.py), as verl's float32
+parameters do.
 """
 
 from __future__ import annotations

@@ -97,8 +97,8 @@ def plan(cfg: TrainConfig, gpus: int | None = None, accelerate: dict | None = No
         },
         "largest_pass": mem.as_dict()["largest_pass"],
         "world_size": world,
-        "note": ("per GPU = the training state (weights, gradients, AdamW moments in model.dtype; a full "
-                 "replica, or 1/world under FSDP) + reference policy / generation copy + the engine's reserved "
+        "note": ("per GPU = the training state (weights and gradients in model.dtype, AdamW moments and, "
+                 "for bf16 with optim.master_weights, a float32 copy in float32; a full replica, or 1/world under FSDP) + reference policy / generation copy + the engine's reserved "
                  "share (vLLM's gpu_memory_utilization x GPU, holding its weights and at least one "
                  "max_model_len sequence of KV cache; it schedules requests in waves inside it) + an "
                  "activation margin (replication/launch/memory.py)"),

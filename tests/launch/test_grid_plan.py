@@ -159,15 +159,34 @@ def test_totals_add_up_the_runs(vip16):
     assert json.loads(json.dumps(vip16.as_dict()))["totals"] == t
 
 
-def test_paper_profiles_fit_80gb_gpus_and_dynamo_only_sharded():
+def test_paper_profiles_fit_80gb_gpus_sharded():
+    """With float32 master weights (16 B/parameter, train/master_weights.py) every paper profile
+    trains FSDP-sharded, as the official code's verl + FSDP: replicated, the 7B state does not fit
+    at all, and the 1.5B/1.7B states leave too little beside vLLM's share for the recompute pass."""
     for name in ("paper-vip", "paper-dynamo", "paper-gdro"):
-        mem = gpu_memory(load_profile(name), world=8, gpu_gib=80)
-        assert mem.fits and mem.total_gib <= 80, name
-    assert load_profile("paper-dynamo").model.sharding == "fsdp"  # the official verl + FSDP setup
+        cfg = load_profile(name)
+        assert cfg.model.sharding == "fsdp" and cfg.optim.master_weights, name
+        mem = gpu_memory(cfg, world=8, gpu_gib=80)
+        assert mem.fits and mem.total_gib <= 80 and mem.pass_warning(name) is None, name
+        assert mem.bytes_per_parameter == 16, name
     replicated = gpu_memory(load_profile("paper-dynamo", {"model.sharding": "replicate"}), world=8, gpu_gib=80)
     why = replicated.shortfall("paper-dynamo")
-    assert not replicated.fits and why.startswith("paper-dynamo: 56.8 GiB of training state per GPU")
-    assert "40.0 GiB vLLM share" in why and "> 80 GiB" in why and "model.sharding=fsdp" in why
+    assert not replicated.fits and why.startswith("paper-dynamo: 113.5 GiB of training state per GPU")
+    assert "16 B/parameter" in why and "40.0 GiB vLLM share" in why and "> 80 GiB" in why and "model.sharding=fsdp" in why
+    for name in ("paper-vip", "paper-gdro"):
+        replicated = gpu_memory(load_profile(name, {"model.sharding": "replicate"}), world=8, gpu_gib=80)
+        assert "old-log-prob recompute" in replicated.pass_warning(name), name
+
+
+def test_the_training_state_per_parameter():
+    from replication.launch.memory import train_state_bytes
+
+    assert train_state_bytes("bfloat16") == 16  # bf16 weight + grad, float32 copy + two moments
+    assert train_state_bytes("bfloat16", master_weights=False) == 8
+    assert train_state_bytes("float32") == train_state_bytes("float32", master_weights=False) == 16
+    plain = gpu_memory(load_profile("paper-vip", {"optim.master_weights": False}), world=8, gpu_gib=80)
+    assert plain.bytes_per_parameter == 8
+    assert plain.train_state_gib == pytest.approx(gpu_memory(load_profile("paper-vip"), 8, 80).train_state_gib / 2)
 
 
 def test_vllm_share_must_hold_its_weights_and_one_sequence():
@@ -177,11 +196,11 @@ def test_vllm_share_must_hold_its_weights_and_one_sequence():
 
 
 def test_a_grid_that_cannot_fit_is_refused_in_one_line_before_any_placement(capsys):
-    assert main(["dry-run", "--paper", "vip", "--scale", "paper", "--gpus", SIXTEEN, "--gpu-memory-gib", "16"]) == 2
+    assert main(["dry-run", "--paper", "vip", "--scale", "paper", "--gpus", SIXTEEN, "--gpu-memory-gib", "7"]) == 2
     out, err = capsys.readouterr()
     assert out == "" and err.count("\n") == 1 and "Traceback" not in err
-    assert err.startswith("error: paper-vip: ") and "> 16 GiB" in err and "training state" in err
-    assert main(["dry-run", "--profile", "paper-vip", "--gpu-memory-gib", "16"]) == 2  # one profile: the same rule
+    assert err.startswith("error: paper-vip: ") and "> 7 GiB" in err and "training state" in err
+    assert main(["dry-run", "--profile", "paper-vip", "--gpu-memory-gib", "7"]) == 2  # one profile: the same rule
     out, err = capsys.readouterr()
     assert out == "" and err.count("\n") == 1 and err.startswith("error: paper-vip: ")
 

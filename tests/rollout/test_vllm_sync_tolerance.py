@@ -43,10 +43,9 @@ def test_the_spacing_is_bfloat16s():
         assert float(up - t) == bf16_spacing(x)
 
 
-def test_the_in_code_default_is_below_the_spacing():
-    # why the bf16 profiles set their own (the default is training code: docs/rehearsal.md,
-    # "Waiting for the next re-run"); when the default changes, this test goes with it
-    assert DEFAULT_TOLERANCE["bfloat16"] < bf16_spacing(16.0)
+def test_the_in_code_default_tolerates_bf16_rounding():
+    # was 0.05, below the spacing: the bf16 vLLM rehearsal stopped at 0.0878 with right weights
+    assert bf16_spacing(16.0) <= DEFAULT_TOLERANCE["bfloat16"] < 1.0
 
 
 def test_the_paper_profiles_are_among_them():
@@ -55,6 +54,5 @@ def test_the_paper_profiles_are_among_them():
 
 @pytest.mark.parametrize("name", BF16_VLLM)
 def test_a_bf16_vllm_profile_tolerates_bf16_rounding(name):
-    tol = load_profile(name).rollout.vllm.sync_check_tolerance
-    assert tol is not None, f"{name}: the default bf16 tolerance {DEFAULT_TOLERANCE['bfloat16']} is below bf16's spacing"
+    tol = load_profile(name).rollout.vllm.sync_check_tolerance or DEFAULT_TOLERANCE["bfloat16"]
     assert bf16_spacing(16.0) <= tol < 1.0, (name, tol)
