@@ -28,7 +28,8 @@ REHEARSAL_REPLACES: dict[str, str] = {
     "profile": "the profile's name",
     "steps": "the sizes: 2-3 steps instead of the paper's run (GDRO's weights move from the third)",
     "checkpoint_every": "the sizes: a checkpoint every step of the short run",
-    "model.*": "the policy: SmolLM2-135M-Instruct on CPU (no GPU, no hub here), in the paper profile's dtype",
+    "model.*": ("the policy: SmolLM2-135M-Instruct on CPU (no GPU, no hub here), in the paper's bfloat16 "
+                "where the CPU computes it natively, else float32 (model.dtype_without_bf16)"),
     "task.options.train_path": "the data: local files in the training set's schema (no hub here)",
     "task.options.eval_paths.*": "the data: local files in each evaluation set's schema (no hub here)",
     "task.options.limit": "the data: the rehearsal pool's size",

@@ -17,6 +17,7 @@ from typing import Any
 
 import yaml
 
+from replication.config.cpu_dtype import resolve_cpu_dtype
 from replication.config.errors import ConfigError
 from replication.config.mapping import from_dict
 from replication.config.sections import TrainConfig
@@ -113,6 +114,6 @@ def load_profile(name: str, overrides: dict | None = None) -> TrainConfig:
     data = profile_dict(name)
     if overrides:
         data = _merge(data, overrides)
-    cfg = from_dict(TrainConfig, data)
+    cfg = resolve_cpu_dtype(from_dict(TrainConfig, data))  # model.dtype_without_bf16: before any key
     validate(cfg)
     return cfg

@@ -17,6 +17,12 @@ class ModelConfig:
     """HF folder of the policy (tiny SFT model by default; Qwen2.5-Math / Qwen3 at paper scale)."""
     dtype: str = "float32"
     """Parameter dtype: float32 on CPU; bfloat16 on GPU (all three papers train in BF16)."""
+    dtype_without_bf16: str | None = None
+    """The dtype to train in instead of bfloat16 on a CPU without native bf16 instructions (x86:
+    AVX512-BF16 or AMX-BF16), where torch converts bf16 through float32 around every kernel and
+    a bf16 run takes several times as long (config/cpu_dtype.py; the rehearsal profiles: float32).
+    Resolved when the profile is loaded, so the configuration, the run's key and config.json hold
+    the dtype it trains in. None: ``dtype`` on every CPU."""
     device: str = "cpu"
     """'cpu', 'cuda' or 'auto'."""
     threads: int = 2

@@ -101,6 +101,8 @@ def validate(cfg: TrainConfig) -> None:
     need(isinstance(g.threads, int) and g.threads >= 0, "gradvar.threads", ">= 0 (0: model.threads)")
     need(cfg.eval.bootstrap >= 0, "eval.bootstrap", "must be >= 0 (0: no bootstrapped best@k / maj@k)")
     need(cfg.model.dtype in ("float32", "bfloat16", "float16"), "model.dtype", "float32|bfloat16|float16")
+    need(cfg.model.dtype_without_bf16 in (None, "float32", "float16"), "model.dtype_without_bf16",
+         "null|float32|float16")
     need(cfg.model.device in ("cpu", "cuda", "auto"), "model.device", "cpu|cuda|auto")
     need(cfg.model.sharding in ("replicate", "fsdp"), "model.sharding", "replicate|fsdp")
     need(cfg.model.source in ("sft", "smollm2", "hub"), "model.source", "sft|smollm2|hub")
