@@ -39,7 +39,10 @@ def _code_digest() -> str:
 def base_key(profile: str) -> str:
     """Key of the base model ``prepare-model --profile profile`` builds (20 hex)."""
     cfg = load_profile(profile)
-    inputs = {"model": to_dict(cfg.model), "sft": cfg.sft, "task": to_dict(cfg.task), "code": _code_digest()}
+    # model.dtype_without_bf16 is resolved into model.dtype when the profile loads
+    # (config/cpu_dtype.py): the dtype it resolved to is the input, the setting itself is not
+    model = {k: v for k, v in to_dict(cfg.model).items() if k != "dtype_without_bf16"}
+    inputs = {"model": model, "sft": cfg.sft, "task": to_dict(cfg.task), "code": _code_digest()}
     return hashlib.sha256(json.dumps(inputs, sort_keys=True, default=str).encode()).hexdigest()[:20]
 
 

@@ -8,15 +8,15 @@ SLURM of scripts/local_slurm.sh, smoke profile:
   and each task takes its node rank from SLURM_PROCID, as it does on a real cluster (one task per
   node: SLURM_PROCID = SLURM_NODEID). It trains to the end with the numbers of a 2-process
   single-node run (torchrun --nproc-per-node 2 through the local backend);
-- **requeue at the time limit**: a run with a 1-minute limit and more than a minute of training.
-  SLURM's warning signal (USR2, ``signal_delay_s`` before the limit; slurmctld sends it at its
-  next 30-s check, 29 to 59 s after the start here) reaches submitit's handler, which stops the
+- **requeue at the time limit**: a run with a 2-minute limit and more than two minutes of
+  training. SLURM's warning signal (USR2, ``signal_delay_s`` before the limit; slurmctld sends it
+  at its next 30-s check, 89 to 119 s after the start here) reaches submitit's handler, which stops the
   trainer and requeues the job; the requeued job resumes from the run's last checkpoint
   (``--resume``), maybe more than once, and completes with the numbers of the same run trained
   without interruption (through the local backend, at the same time).
 
 Skipped when SLURM is not running, unless REPLICATION_REQUIRE_SLURM=1 makes that a failure
-(tests/slurm_helpers.need_slurm). The requeued run trains about 2 minutes on an idle core, longer
+(tests/slurm_helpers.need_slurm). The requeued run trains about 2.5 minutes on an idle core, longer
 with its requeues, and the same run trains beside it, uninterrupted.
 """
 
@@ -41,13 +41,15 @@ from replication.orchestration import run_cache
 pytestmark = pytest.mark.slow
 OVER = {"allocator.name": "uniform"}
 LONG = {"allocator.name": "uniform", "checkpoint_every": 10}
-LONG_STEPS = 1600
-"""About 96 s of training at the fastest seen (0.06 s a step: 500 steps trained in 30 s in a
-CI-like run of the suite, 2026-12-07, and finished in one attempt), over a minute even a third
-faster, so past the warning, which SLURM's periodic check sends 35-60 s after the start here
-(slurmctld.log: "Requeuing JobId=..."); 300 and then 500 steps, sized from loaded runs (0.2 s a
-step), sometimes finished before it. Loaded it takes 3-4 times as long and several requeues,
-each 15-30 s pending (the join's and ``max_requeues``' allowances below)."""
+LONG_STEPS = 2400
+"""About 144 s of training at the fastest seen (0.06 s a step, also on a loaded AVX2 machine),
+past the warning of a 2-minute limit (89-119 s after the start) even a fifth faster. The limit
+was 1 minute with 1600 steps: in a CI-like run on an AVX2 machine each attempt's start-up
+(imports, the resume) took most of its 29-59 s, so 24 attempts advanced about 65 steps each and
+the run was still requeuing after 20 minutes. With 2 minutes an attempt keeps a minute or more of
+training after a slow start: 2-4 attempts. Loaded, each requeue is 15-30 s pending (the join's
+and ``max_requeues``' allowances below)."""
+TIME_LIMIT_MIN = 2
 
 
 def _slurm(root: Path, name: str, **options) -> SlurmBackend:
@@ -66,7 +68,7 @@ def requeued(root) -> dict:
     """The run that outlives its limit, submitted when the module starts so that its minutes of
     waiting overlap the other test; the same run trained locally meanwhile, in its own cache."""
     out: dict = {"name": f"repl-test-{os.getpid()}-requeue"}
-    backend = _slurm(root, out["name"], time_min=1, signal_delay_s=1, max_requeues=30)
+    backend = _slurm(root, out["name"], time_min=TIME_LIMIT_MIN, signal_delay_s=1, max_requeues=30)
 
     def slurm():
         try:
