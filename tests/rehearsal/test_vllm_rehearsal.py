@@ -37,6 +37,11 @@ ARM = "Rollout-GDRO"
 
 VLLM_CPU = {
     "rollout.engine": "vllm",               # paper-gdro's engine (the rehearsal profile's is hf)
+    # OPEN DEFECT (docs/rehearsal.md, "Known defects at paper scale"): with paper-gdro FSDP-sharded
+    # (8aa1ac1) this run hung on its 2 ranks right after the first weight sync (both ranks in a
+    # gloo collective until the 300-s timeout, 2026-12-07, AVX2 CPU, float32); the run keeps the
+    # replicated policy it passed with until that is found
+    "model.sharding": "replicate",
     "rollout.vllm.kv_cache_gib": 0.25,      # vLLM-CPU's KV cache (its default of 1 GiB per rank is more than needed)
     "rollout.vllm.max_model_len": 2048,     # SmolLM2's 8192 would not fit that cache
     # no torch.compile of the model: on CPU it took 1.5-2 min of each rank's engine start, paid on
