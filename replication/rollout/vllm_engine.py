@@ -225,6 +225,14 @@ class VLLMRolloutEngine(VLLMWeightSync):
 
         model = unwrap_model(self.policy)
         device = next(model.parameters()).device
+        # An FSDP-sharded policy (train/fsdp.py): every forward pass all-gathers each layer's
+        # weights, so every rank runs as many passes as the rank with the most; the extra ones
+        # score one row and are dropped. The ranks agree on that number BEFORE any pass: asked
+        # after its own passes, a rank with fewer rows would wait in this all-reduce while
+        # another still waits in a pass's all-gather (the FSDP + vLLM hang of 2026-12-07).
+        scored = bool(batch.completion_mask[:, 1:].any())  # none: token_logprobs runs no pass
+        passes = -(-batch.n_rows // rows_per_pass) if scored else 0
+        extra = (self.pass_sync(passes) - passes) if self.pass_sync is not None else 0
         was_training = model.training
         model.eval()
         try:
@@ -233,10 +241,6 @@ class VLLMRolloutEngine(VLLMWeightSync):
                     model, batch.input_ids.to(device), batch.attention_mask.to(device),
                     temperature, completion_mask=batch.completion_mask.to(device),
                     chunk=rows_per_pass)
-                # an FSDP-sharded policy (train/fsdp.py): every rank runs as many passes as the
-                # rank with the most rows; the extra ones score one row and are dropped
-                passes = -(-batch.n_rows // rows_per_pass)
-                extra = (self.pass_sync(passes) - passes) if self.pass_sync is not None else 0
                 for _ in range(extra):
                     model(input_ids=batch.input_ids[:1].to(device),
                           attention_mask=batch.attention_mask[:1].to(device))

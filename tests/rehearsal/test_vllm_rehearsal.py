@@ -37,11 +37,6 @@ ARM = "Rollout-GDRO"
 
 VLLM_CPU = {
     "rollout.engine": "vllm",               # paper-gdro's engine (the rehearsal profile's is hf)
-    # OPEN DEFECT (docs/rehearsal.md, "Known defects at paper scale"): with paper-gdro FSDP-sharded
-    # (8aa1ac1) this run hung on its 2 ranks right after the first weight sync (both ranks in a
-    # gloo collective until the 300-s timeout, 2026-12-07, AVX2 CPU, float32); the run keeps the
-    # replicated policy it passed with until that is found
-    "model.sharding": "replicate",
     "rollout.vllm.kv_cache_gib": 0.25,      # vLLM-CPU's KV cache (its default of 1 GiB per rank is more than needed)
     "rollout.vllm.max_model_len": 2048,     # SmolLM2's 8192 would not fit that cache
     # no torch.compile of the model: on CPU it took 1.5-2 min of each rank's engine start, paid on
@@ -97,6 +92,9 @@ def test_gdro_rehearsal_run_through_vllm_grid_and_launcher(tmp_path, monkeypatch
     assert config["allocator"]["name"] == "rollout-gdro" and config["task"]["kind"] == "math"
     prov = metrics["provenance"]
     assert prov["engine"] == "vllm" and prov["world_size"] == 2, prov
+    # paper-gdro's FSDP sharding, kept: the old-log-prob recompute's passes over the sharded
+    # policy hung this run once (docs/rehearsal.md, "Defects the rehearsals found")
+    assert config["model"]["sharding"] == "fsdp" and prov["sharding"] == "fsdp", prov
     assert prov["engine_class"] == "VLLMRolloutEngine" and prov["launch"]["backend"] == "local", prov
     assert metrics["steps"] == STEPS, metrics
 
