@@ -80,7 +80,10 @@ def _rank(args: argparse.Namespace) -> None:
     if world.is_main:
         from bench_cpu_dtype import cpu_info  # noqa: E402 (the benchmarks folder is on sys.path)
 
-        record = {"args": {"model": str(args.model), "dtype": args.dtype, "tokens": args.tokens,
+        model = Path(args.model).resolve()
+        # a folder of this repository by its relative path (a record names no machine's paths)
+        label = model.relative_to(ROOT).as_posix() if model.is_relative_to(ROOT) else str(args.model)
+        record = {"args": {"model": label, "dtype": args.dtype, "tokens": args.tokens,
                            "rows": args.rows, "repeats": args.repeats, "processes": world.size},
                   "cpu": cpu_info(), "torch": torch.__version__, "timings": timings}
         Path(args.out).write_text(json.dumps(record, indent=1) + "\n")
